@@ -1,0 +1,1 @@
+"""hermes-batch domain: datasets, the agent loop, tools, sandboxes, trajectories. No Prefect here."""
