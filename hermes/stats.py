@@ -1,0 +1,179 @@
+"""Per-entry tool and reasoning statistics, quality checks, and run-level aggregation.
+
+Tool results are named with the same rule as the trajectory's tool turns
+(``hermes.trajectory.tool_results``), and "has reasoning" means exactly "its gpt turn
+gets a non-empty think block" (``hermes.trajectory.split_reasoning``), so statistics
+never disagree with the trajectories they describe.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from hermes.trajectory import content_text, split_reasoning, tool_results
+
+REASONING_KEYS = ("total_assistant_turns", "turns_with_reasoning", "turns_without_reasoning")
+
+
+# --------------------------------------------------------------------------- tool results
+
+def is_tool_failure(content: Any) -> bool:
+    """Whether a tool result counts as a failure (SPEC section 1).
+
+    Failure: a JSON object with a non-null ``error`` or a non-null ``content.error``, or
+    ``"success": false``; empty or whitespace-only text; text starting with ``error:``
+    (any case, after leading whitespace). Other JSON (arrays, numbers, strings) and other
+    text are successes: a non-zero exit code is not a failure, the model can self-correct.
+    """
+    if isinstance(content, dict):
+        data = content  # already parsed by whoever built the message
+    else:  # str, None, or a list of content parts
+        text = content_text(content)
+        if not text.strip():
+            return True
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return text.lstrip().lower().startswith("error:")
+    if not isinstance(data, dict):
+        return False
+    inner = data.get("content")
+    return (data.get("error") is not None
+            or (isinstance(inner, dict) and inner.get("error") is not None)
+            or data.get("success") is False)
+
+
+def entry_tool_stats(messages: list[dict], all_tool_names: list[str]) -> tuple[dict, dict]:
+    """``(tool_stats, tool_error_counts)`` of one conversation.
+
+    Both list every name in ``all_tool_names``, zeros included, sorted by name, so every
+    trajectory line has the same schema. ``count`` is the number of tool RESULTS (so
+    count == success + failure always; a call interrupted before its result is not
+    counted). Results of tools outside the list are ignored: such a call makes the entry
+    hallucinated (see ``hallucinated_tools``) and it is filtered at merge.
+    """
+    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in sorted(set(all_tool_names))}
+    for name, msg in tool_results(messages):
+        if name not in stats:
+            continue
+        outcome = "failure" if is_tool_failure(msg.get("content")) else "success"
+        stats[name]["count"] += 1
+        stats[name][outcome] += 1
+    errors = {name: s["failure"] for name, s in stats.items()}
+    return stats, errors
+
+
+def hallucinated_tools(messages: list[dict], all_tool_names: list[str]) -> list[str]:
+    """Sorted unique names the assistant called that the system does not have."""
+    known = set(all_tool_names)
+    called = {
+        (call.get("function") or {}).get("name", "")
+        for msg in messages if msg.get("role") == "assistant"
+        for call in (msg.get("tool_calls") or []) if isinstance(call, dict)
+    }
+    return sorted(called - known)
+
+
+# --------------------------------------------------------------------------- reasoning
+
+def turn_has_reasoning(assistant_message: dict) -> bool:
+    """Native reasoning, a scratchpad or a ``<think>`` block with non-whitespace inside."""
+    reasoning, _ = split_reasoning(assistant_message)
+    return bool(reasoning)
+
+
+def reasoning_counts(messages: list[dict]) -> dict:
+    """``{"total_assistant_turns", "turns_with_reasoning", "turns_without_reasoning"}``."""
+    turns = [m for m in messages if m.get("role") == "assistant"]
+    with_reasoning = sum(1 for m in turns if turn_has_reasoning(m))
+    return {"total_assistant_turns": len(turns),
+            "turns_with_reasoning": with_reasoning,
+            "turns_without_reasoning": len(turns) - with_reasoning}
+
+
+def has_any_reasoning(messages: list[dict]) -> bool:
+    """Whether any assistant turn carries reasoning (else the sample is discarded)."""
+    return any(turn_has_reasoning(m) for m in messages if m.get("role") == "assistant")
+
+
+# --------------------------------------------------------------------------- run level
+
+def _percent(part: int, whole: int) -> float:
+    return round(part / whole * 100, 2) if whole else 0.0
+
+
+def aggregate_tool_stats(entries: Iterable[dict]) -> dict:
+    """Sum per-entry ``tool_stats`` dicts; add success/failure rates in percent (2 decimals)."""
+    totals: dict[str, dict] = {}
+    for tool_stats in entries:
+        for name, s in (tool_stats or {}).items():
+            t = totals.setdefault(name, {"count": 0, "success": 0, "failure": 0})
+            for key in t:
+                t[key] += s.get(key, 0)
+    return {name: {**t, "success_rate": _percent(t["success"], t["count"]),
+                   "failure_rate": _percent(t["failure"], t["count"])}
+            for name, t in sorted(totals.items())}
+
+
+def aggregate_reasoning(entries: Iterable[dict]) -> dict:
+    """Sum per-entry ``reasoning_counts`` dicts (other keys are ignored)."""
+    totals = dict.fromkeys(REASONING_KEYS, 0)
+    for counts in entries:
+        for key in REASONING_KEYS:
+            totals[key] += (counts or {}).get(key, 0)
+    return totals
+
+
+def format_table(statistics: dict) -> str:
+    """A run's statistics dict (statistics.json shape) as plain text for the terminal.
+
+    Scalars first as ``key: value`` lines, then the tool table (busiest tools first),
+    then reasoning coverage with the share of turns that reasoned; any other nested dict
+    is shown as indented ``key: value`` lines so nothing is silently hidden.
+    """
+    tools = statistics.get("tool_statistics") or {}
+    reasoning = statistics.get("reasoning_statistics") or {}
+    scalars = {k: v for k, v in statistics.items() if not isinstance(v, (dict, list))}
+    others = {k: v for k, v in statistics.items()
+              if isinstance(v, (dict, list)) and k not in ("tool_statistics", "reasoning_statistics")}
+
+    lines = []
+    width = max((len(k) for k in scalars), default=0)
+    lines += [f"{k.ljust(width)}  {_scalar(v)}" for k, v in scalars.items()]
+
+    header = ("tool", "count", "success", "failure", "success %", "failure %")
+    rows = [(name, str(s.get("count", 0)), str(s.get("success", 0)), str(s.get("failure", 0)),
+             f"{s.get('success_rate', 0.0):.2f}", f"{s.get('failure_rate', 0.0):.2f}")
+            for name, s in sorted(tools.items(), key=lambda kv: (-kv[1].get("count", 0), kv[0]))]
+    lines += ["", "Tool statistics"] + (_grid(header, rows) if rows else ["  (no tools)"])
+
+    if reasoning:
+        total = reasoning.get("total_assistant_turns", 0)
+        with_r = reasoning.get("turns_with_reasoning", 0)
+        lines += ["", "Reasoning statistics"]
+        lines += [f"  {k}: {v}" for k, v in reasoning.items()]
+        lines.append(f"  share_with_reasoning: {_percent(with_r, total):.2f}%")
+
+    for key, value in others.items():
+        lines += ["", key]
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        lines += [f"  {k}: {_scalar(v)}" for k, v in items]
+    return "\n".join(lines).strip("\n")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return "-" if value is None else str(value)
+
+
+def _grid(header: tuple, rows: list[tuple]) -> list[str]:
+    # Names left-aligned, numbers right-aligned, columns as wide as their widest cell.
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple) -> str:
+        return "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return [line(header), "  " + "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
