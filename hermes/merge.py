@@ -1,0 +1,88 @@
+"""Merge: the journal (batch files) -> trajectories.jsonl + statistics.json.
+
+Streams the batch files once, in batch order. Per content key the first successful entry wins,
+so a prompt is written once however many attempts it took. Kept: completed and partial
+entries; left out and counted: failed prompts, samples without reasoning (discarded when they
+ran) and entries calling a tool the system does not have.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hermes import journal, rundir
+from hermes.stats import aggregate_reasoning, aggregate_tool_stats
+
+KEPT = ("completed", "partial")
+
+
+def merge(run_path: Path) -> dict[str, Any]:
+    manifest = rundir.read_manifest(run_path)
+    done: set[str] = set()
+    last_failure: dict[str, str] = {}
+    counts = Counter()
+    tool_stats: list[dict] = []
+    reasoning: list[dict] = []
+    usage = Counter()
+    api_calls = 0
+    batches = journal.batch_files(run_path)
+    tmp = run_path / ".trajectories.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        for _, path in batches:
+            for entry in journal.read(path):
+                meta = entry.get("hermes") or {}
+                key, status = meta.get("key"), meta.get("status")
+                api_calls += entry.get("api_calls", 0)
+                usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+                if status == "failed":
+                    last_failure[key] = meta.get("error") or "unknown error"
+                    continue
+                if key in done:
+                    counts["duplicates_ignored"] += 1
+                    continue
+                done.add(key)
+                if status not in KEPT:
+                    counts["discarded_no_reasoning"] += 1
+                    continue
+                if meta.get("hallucinated_tools"):
+                    counts["dropped_hallucinated_tools"] += 1
+                    continue
+                counts[status] += 1
+                tool_stats.append(entry["tool_stats"])
+                reasoning.append(meta.get("reasoning") or {})
+                out.write(json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n")
+        out.flush()
+    tmp.replace(run_path / "trajectories.jsonl")
+
+    failed = {k: e for k, e in last_failure.items() if k not in done}
+    stats = {
+        "run_name": manifest.get("run_name", run_path.name),
+        "distribution": manifest.get("distribution"),
+        "total_prompts": manifest.get("total_prompts", len(done) + len(failed)),
+        "total_batches": len(batches),
+        "batch_size": manifest.get("batch_size"),
+        "model": manifest.get("model"),
+        "completed_at": datetime.now().isoformat(timespec="seconds"),
+        "duration_seconds": rundir.total_seconds(run_path),
+        "tool_statistics": aggregate_tool_stats(tool_stats),
+        "reasoning_statistics": aggregate_reasoning(reasoning),
+        "trajectories_written": counts["completed"] + counts["partial"],
+        "prompts_completed": counts["completed"],
+        "prompts_partial": counts["partial"],
+        "prompts_failed": len(failed),
+        "failure_reasons": dict(Counter(_reason(e) for e in failed.values()).most_common()),
+        "discarded_no_reasoning": counts["discarded_no_reasoning"],
+        "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
+        "api_calls": api_calls,
+        "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+    }
+    journal.write_atomic(run_path / "statistics.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    return stats
+
+
+def _reason(error: str) -> str:
+    """Group failures by the first line of their message, cut short, so the counts stay readable."""
+    return error.splitlines()[0][:120] if error else "unknown error"

@@ -1,0 +1,109 @@
+"""The model endpoint: any OpenAI-compatible server, through the openai SDK.
+
+Retries (429, 5xx, time-outs, dropped connections, with backoff and Retry-After honoured) are
+the SDK's own; reasoning and OpenRouter provider routing go in the request's extra body.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from hermes.settings import API_KEY_ENV_VARS, RunSettings
+
+
+class ModelError(Exception):
+    """The endpoint failed for good (after retries) or answered something unusable."""
+
+
+def resolve_api_key(explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    for name in API_KEY_ENV_VARS:
+        if os.environ.get(name):
+            return os.environ[name]
+    # Local OpenAI-compatible servers accept any key; a real endpoint answers 401, which is reported.
+    return "no-key"
+
+
+def extra_body(s: RunSettings) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if s.reasoning_disabled:
+        body["reasoning"] = {"effort": "none"}
+    elif s.reasoning_effort:
+        body["reasoning"] = {"enabled": True, "effort": s.reasoning_effort}
+    provider: dict[str, Any] = {}
+    for key, value in (("only", s.providers_allowed), ("ignore", s.providers_ignored),
+                       ("order", s.providers_order), ("sort", s.provider_sort)):
+        if value:
+            provider[key] = value
+    if provider:
+        body["provider"] = provider
+    return body
+
+
+@dataclass
+class Reply:
+    message: dict[str, Any]          # assistant message, API format, reasoning in "reasoning"
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+class ModelClient:
+    def __init__(self, settings: RunSettings, api_key: str | None = None, *, max_retries: int = 6,
+                 timeout: float = 600.0):
+        self.model = settings.model
+        self.max_tokens = settings.max_tokens
+        self.extra_body = extra_body(settings)
+        self.client = openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
+                                    max_retries=max_retries, timeout=timeout)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
+        if tools:
+            kwargs["tools"] = tools
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        try:
+            resp = self.client.chat.completions.create(**kwargs)
+        except openai.APIStatusError as e:
+            raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
+        except openai.APIError as e:
+            raise ModelError(f"model endpoint failed: {e}") from e
+        if not resp.choices:
+            raise ModelError("model endpoint answered with no choices")
+        choice = resp.choices[0]
+        raw = choice.message.model_dump(exclude_none=True)
+        message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+        reasoning = raw.get("reasoning") or raw.get("reasoning_content")
+        if reasoning:
+            message["reasoning"] = reasoning
+        if raw.get("tool_calls"):
+            message["tool_calls"] = [
+                {"id": tc["id"], "type": "function",
+                 "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or ""}}
+                for tc in raw["tool_calls"]
+            ]
+        usage = resp.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if resp.usage else {}
+        return Reply(message=message, usage=usage, finish_reason=choice.finish_reason)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _for_api(message: dict[str, Any]) -> dict[str, Any]:
+    # Reasoning is kept for the trajectory but not sent back: strict endpoints reject unknown fields.
+    return {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+
+
+def _error_text(e: openai.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(e.message)

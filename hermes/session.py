@@ -1,0 +1,100 @@
+"""One invocation of a run: refuse or resume, lock the folder, plan what is owed, record batches.
+
+Plain Python; tasks/ and flows/ put Prefect around it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from hermes import rundir, sandbox
+from hermes.dataset import Row, load_rows
+from hermes.runner import RunContext
+from hermes.settings import RunSettings
+from hermes.store import RunIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    num: int
+    rows: list[Row]
+
+
+@dataclass
+class RunSession:
+    settings: RunSettings
+    path: Path
+    rows: list[Row]
+    index: RunIndex
+    lock: rundir.RunLock
+    ctx: RunContext
+    started: datetime = field(default_factory=datetime.now)
+    prompts_run: int = 0
+
+    @classmethod
+    def open(cls, settings: RunSettings, api_key: str | None = None) -> "RunSession":
+        path = rundir.run_dir(settings)
+        if rundir.has_results(path) and not settings.resume:
+            raise rundir.RunRefused(
+                f"run '{settings.run_name}' already has results in {path}. "
+                f"Pass --resume to continue it, or choose a new --run_name (or delete {path}) to start over.")
+        rows, skipped = load_rows(settings.dataset_file, max_samples=settings.max_samples,
+                                  skip_bad=settings.skip_bad_lines)
+        for problem in skipped:
+            log.warning("skipped bad line: %s", problem)
+        lock = rundir.RunLock(path)
+        lock.acquire()
+        try:
+            if settings.sandbox.backend == "docker":
+                # We hold the run's lock: any container labelled with this run is a dead invocation's.
+                removed = sandbox.cleanup(settings.run_name)
+                if removed:
+                    log.warning("removed %d container(s) left behind by an earlier run of '%s'", removed, settings.run_name)
+            index = RunIndex(path)
+            rundir.write_manifest(path, settings, total_prompts=len(rows))
+            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
+                                    limiter=threading.BoundedSemaphore(settings.num_workers))
+        except BaseException:
+            lock.release()
+            raise
+        return cls(settings=settings, path=path, rows=rows, index=index, lock=lock, ctx=ctx)
+
+    def plan(self) -> list[Batch]:
+        """The rows still owed, re-batched; numbering continues after the batches on disk."""
+        done = self.index.done_keys()
+        owed = [r for r in self.rows if r.key not in done]
+        first = self.index.next_batch_num()
+        size = self.settings.batch_size
+        batches = [Batch(first + i, owed[j:j + size]) for i, j in enumerate(range(0, len(owed), size))]
+        log.info("run '%s': %d prompts, %d already done, %d owed in %d batch(es)",
+                 self.settings.run_name, len(self.rows), len(self.rows) - len(owed), len(owed), len(batches))
+        self.write_checkpoint()
+        return batches
+
+    def record(self, batch: Batch) -> None:
+        """A batch finished: index its file and bring checkpoint.json up to date."""
+        path = self.path / f"batch_{batch.num}.jsonl"
+        if path.exists():
+            self.index.index_batch(batch.num, path)
+        self.prompts_run += len(batch.rows)
+        self.write_checkpoint()
+
+    def write_checkpoint(self) -> None:
+        done = self.index.done_keys()
+        completed = [r.index for r in self.rows if r.key in done]
+        rundir.write_checkpoint(self.path, self.settings.run_name, completed, self.index.batch_stats())
+
+    def close(self) -> None:
+        try:
+            rundir.log_invocation(self.path, self.started, datetime.now(), self.prompts_run)
+            self.index.close()
+            self.ctx.client.close()
+        finally:
+            self.lock.release()
