@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up a machine for hermes-batch: the Python package, a Docker engine that answers, and the
+# default sandbox image (built offline when no registry can be reached). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+apt_install() {
+  if [ -z "${_APT_UPDATED:-}" ]; then as_root apt-get update -qq; _APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+log "installing the hermes-batch package and its test dependencies"
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+
+if ! docker info >/dev/null 2>&1; then
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "no Docker engine: installing docker.io"
+    apt_install docker.io || { log "cannot install Docker here; install it and start the engine, then run this again"; exit 1; }
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    log "starting dockerd"
+    as_root sh -c 'nohup dockerd >/var/log/hermes-dockerd.log 2>&1 &'
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { log "dockerd did not answer within 60 s; see /var/log/hermes-dockerd.log"; exit 1; }
+  fi
+fi
+log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
+
+# The offline image builder takes its shell from Debian's static busybox.
+if command -v dpkg >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
+  apt_install busybox-static || log "could not install busybox-static; the offline image build needs it"
+fi
+python3 -m hermes.sandbox.image build --if-missing
+log "ready"

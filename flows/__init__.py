@@ -1,0 +1,1 @@
+"""Prefect flows: batch run and merge. They compose tasks/."""

@@ -1,0 +1,172 @@
+"""The `hermes-batch` command and the reference-compatible `batch_runner.py` flags.
+
+Prefect is configured for offline, embedded use before it is first imported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any, Sequence
+
+# Prefect reads these when first imported: set them before any flow is.
+_PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "200",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "hermes",
+}
+
+
+def configure_prefect() -> None:
+    for k, v in _PREFECT_DEFAULTS.items():
+        os.environ.setdefault(k, v)
+
+
+configure_prefect()
+
+from pydantic import ValidationError  # noqa: E402
+
+from hermes import distributions  # noqa: E402
+from hermes.dataset import DatasetError  # noqa: E402
+from hermes.distributions import DistributionError  # noqa: E402
+from hermes.rundir import RunRefused  # noqa: E402
+from hermes.sandbox.base import SandboxSettings  # noqa: E402
+from hermes.settings import RunSettings  # noqa: E402
+
+USER_ERRORS = (DatasetError, DistributionError, RunRefused, ValueError, FileNotFoundError)
+
+
+def _bool(text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "y", "on"):
+        return True
+    if t in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_model_flags(p: argparse.ArgumentParser, model: type, prefix: str = "", skip: Sequence[str] = ()) -> None:
+    """One flag per settings field, so the command line and the Prefect form never drift apart."""
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        flag = f"--{prefix}{name}"
+        help_ = field.description or ""
+        if field.annotation is bool:
+            # --resume, --resume=true and --resume false all work, as with the reference's fire CLI.
+            p.add_argument(flag, nargs="?", const=True, default=None, type=_bool, help=help_)
+        else:
+            p.add_argument(flag, default=None, help=help_)
+
+
+def run_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a tool-using agent over every prompt of a JSONL dataset.")
+    _add_model_flags(p, RunSettings, skip=("sandbox",))
+    _add_model_flags(p, SandboxSettings, prefix="sandbox_")
+    p.add_argument("--api_key", default=None, help="API key (else HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY)")
+    p.add_argument("--list_distributions", action="store_true", help="print the toolset distributions and exit")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> RunSettings:
+    values: dict[str, Any] = {}
+    sandbox: dict[str, Any] = {}
+    for k, v in vars(args).items():
+        if v is None or k in ("api_key", "list_distributions", "command"):
+            continue
+        if k.startswith("sandbox_"):
+            sandbox[k.removeprefix("sandbox_")] = v
+        elif k in RunSettings.model_fields:
+            values[k] = v
+    values["sandbox"] = SandboxSettings(**sandbox)
+    return RunSettings(**values)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("hermes").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    if args.list_distributions:
+        print(distributions.describe())
+        return 0
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as e:
+        print(f"error: {_validation_text(e)}", file=sys.stderr)
+        return 2
+    if args.api_key:
+        os.environ["HERMES_API_KEY"] = args.api_key  # kept out of flow parameters, which Prefect stores
+    _setup_logging(settings.verbose)
+    from flows.batch import batch_run
+    from hermes.stats import format_table
+
+    try:
+        stats = batch_run(settings=settings)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(stats))
+    out = os.path.join(settings.output_dir, settings.run_name)
+    print(f"\ntrajectories: {os.path.join(out, 'trajectories.jsonl')}\nstatistics:   {os.path.join(out, 'statistics.json')}")
+    return 0
+
+
+def _validation_text(e: ValidationError) -> str:
+    return "; ".join(f"--{'_'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "run": "run a batch (the reference batch_runner.py flags)",
+        "merge": "rebuild trajectories.jsonl and statistics.json of a run from its batch files",
+        "list-distributions": "print the toolset distributions",
+        "mock-llm": "serve the bundled scripted OpenAI-compatible model on loopback",
+        "sandbox": "build the default sandbox image, or remove leftover containers",
+        "demo": "the whole job end to end on embedded defaults (bundled model server, Docker sandboxes)",
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: hermes-batch COMMAND [options]\n\ncommands:")
+        for name, text in commands.items():
+            print(f"  {name:<20}{text}")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return run_from_args(run_parser("hermes-batch run").parse_args(rest))
+    if command == "list-distributions":
+        print(distributions.describe())
+        return 0
+    if command == "merge":
+        p = argparse.ArgumentParser(prog="hermes-batch merge")
+        p.add_argument("run_name")
+        p.add_argument("--output_dir", default="data")
+        a = p.parse_args(rest)
+        from flows.merge import merge
+        from hermes.stats import format_table
+        try:
+            print(format_table(merge(a.run_name, a.output_dir)))
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if command == "mock-llm":
+        from hermes.mock_llm import main as mock_main
+        return mock_main(rest) or 0
+    if command == "sandbox":
+        from hermes.sandbox.cli import main as sandbox_main
+        return sandbox_main(rest) or 0
+    if command == "demo":
+        from flows.demo import main as demo_main
+        return demo_main(rest)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

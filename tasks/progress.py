@@ -1,0 +1,54 @@
+"""Progress of a run, shown twice: a Prefect progress artifact and a line in the terminal."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+
+class RunProgress:
+    def __init__(self, run_name: str, total: int, *, min_interval: float = 1.0):
+        self.run_name, self.total = run_name, total
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._last = 0.0
+        self._min_interval = min_interval
+        self._tty = sys.stderr.isatty()
+        self._artifact = create_progress_artifact(
+            progress=0.0 if total else 100.0, key=_artifact_key(run_name),
+            description=f"Prompts finished in run '{run_name}' ({total} owed at start)")
+
+    def prompt_done(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.counts[entry["hermes"]["status"]] += 1
+            now = time.monotonic()
+            if now - self._last < self._min_interval and self.finished < self.total:
+                return
+            self._last = now
+        self.show()
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.values())
+
+    def show(self) -> None:
+        pct = 100.0 * self.finished / self.total if self.total else 100.0
+        update_progress_artifact(self._artifact, progress=pct)
+        width = 30
+        bar = "#" * int(width * pct / 100)
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        line = f"[{bar:<{width}}] {self.finished}/{self.total} prompts ({pct:.0f}%) {detail}"
+        if self._tty:
+            sys.stderr.write("\r" + line + ("\n" if self.finished >= self.total else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _artifact_key(run_name: str) -> str:
+    # Artifact keys allow lowercase letters, digits and dashes only.
+    return "progress-" + "".join(c if c.isalnum() else "-" for c in run_name.lower())
