@@ -24,7 +24,8 @@ Endpoints
 What the model answers
 ----------------------
 The server keeps no conversation state: each answer depends only on the request. Let ``u`` be
-the text of the first user message, ``n`` the number of assistant messages already in
+the text of the last user message with a ``MOCK_SCRIPT`` line (else the last user message),
+``n`` the number of assistant messages after it in
 ``messages``, and ``k`` the first 8 hex characters of sha256(``u``). Tool call ids are
 ``call_<k>_<n>_<i>``.
 
@@ -201,11 +202,16 @@ def parse_conversation(body: Any) -> Conversation:
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         raise BadRequest("'tools' must be an array")
-    users = [m for m in messages if m["role"] == "user"]
+    # Anchor on the last user message that carries a script, else the last user message:
+    # few-shot prefill before it does not shift the script, and in an unscripted chat each new
+    # user message starts a new exchange.
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    scripted = [i for i in users if SCRIPT_MARKER in text_of(messages[i].get("content"))]
+    last = (scripted or users or [-1])[-1]
     return Conversation(
         messages=messages,
-        first_user=text_of(users[0].get("content")) if users else "",
-        assistant_turns=sum(1 for m in messages if m["role"] == "assistant"),
+        first_user=text_of(messages[last].get("content")) if last >= 0 else "",
+        assistant_turns=sum(1 for m in messages[last + 1:] if m["role"] == "assistant"),
         offered_tools=frozenset(_tool_names(tools)),
     )
 
