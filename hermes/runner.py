@@ -82,7 +82,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     try:
         if s.sandbox.backend == "docker":
             ensure_image(image, s.sandbox.pull_timeout)
-        with LazySandbox(lambda: open_sandbox(spec, s.sandbox)) as sandbox:
+        with LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout) as sandbox:
             run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
                             system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
         error = run.error

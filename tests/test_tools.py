@@ -401,11 +401,11 @@ def test_hostile_arguments_are_data_not_code(sb):
 
 
 def test_timeout_cap_through_a_lazy_sandbox():
-    """A LazySandbox hides its backend's limit; the tools still find it and cap to it."""
+    """A LazySandbox knows its limit before its backend exists; the tools cap to it."""
     from hermes.sandbox.lazy import LazySandbox
     from hermes.tools._common import sandbox_timeout_limit
 
-    lazy = LazySandbox(lambda: ShellBox(command_timeout=2))
+    lazy = LazySandbox(lambda: ShellBox(command_timeout=2), command_timeout=2)
     try:
         assert sandbox_timeout_limit(lazy) == 2
         start = time.monotonic()

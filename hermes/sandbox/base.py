@@ -4,10 +4,20 @@ Every tool call a model makes runs through a Sandbox. Backends live beside this 
 """
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
+
+#: label every container made by this product carries; its value is the run id
+LABEL_RUN = "hermes-batch.run"
+#: label naming the prompt (row index or content key) a container serves
+LABEL_PROMPT = "hermes-batch.prompt"
+#: label naming the process that made the container: "<hostname>:<pid>"
+LABEL_OWNER = "hermes-batch.owner"
+#: run id used when a spec names none (ad-hoc use, tests, the demo)
+ADHOC_RUN = "adhoc"
 
 
 class SandboxError(Exception):
@@ -19,15 +29,17 @@ class ImageUnavailable(SandboxError):
 
     def __init__(self, image: str, reason: str = ""):
         self.image = image
+        self.reason = reason
         super().__init__(f"image not available: {image}" + (f" ({reason})" if reason else ""))
 
 
 @dataclass
 class ExecResult:
-    exit_code: int          # -1 when the command was killed for its time limit
+    exit_code: int          # -1 when the command was killed (time limit, or an endless flood of output)
     output: str             # stdout and stderr interleaved, decoded with errors="replace", capped
     timed_out: bool = False
     truncated: bool = False
+    duration: float = 0.0   # seconds, host side
 
 
 class SandboxSettings(BaseModel):
@@ -36,12 +48,14 @@ class SandboxSettings(BaseModel):
     backend: Literal["docker", "local"] = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
     image: str = Field("hermes-sandbox:latest", description="image for rows that name none")
     network: bool = Field(False, description="give containers network access")
-    memory: str = Field("1g", description="memory limit per container")
+    memory: str = Field("1g", description="memory limit per container (swap not allowed beyond it)")
     cpus: float = Field(1.0, description="CPU limit per container")
     pids_limit: int = Field(256, description="process limit per container")
     user: str = Field("65534:65534", description="uid:gid commands run as (non-root)")
     read_only: bool = Field(True, description="read-only root filesystem, writable tmpfs work space")
     workdir: str = Field("/workspace", description="working directory when the row names no cwd")
+    tmpfs_size: str = Field("256m", description="size cap of each writable tmpfs (/tmp, workdir, the row's cwd); "
+                            "their contents count against `memory`: keep the sum below it")
     command_timeout: float = Field(60.0, description="seconds before a command is killed")
     output_limit: int = Field(50_000, description="characters of command output returned to the model")
     pull_timeout: float = Field(120.0, description="seconds allowed to pull a missing image")
@@ -49,11 +63,23 @@ class SandboxSettings(BaseModel):
 
 @dataclass
 class SandboxSpec:
-    """What one prompt's sandbox needs."""
+    """What one prompt's sandbox needs.
+
+    The run and prompt a container belongs to are taken from `run_id` / `prompt_id`, else
+    from `labels["hermes-batch.run"]` / `labels["hermes-batch.prompt"]`.
+    """
 
     image: str
     cwd: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+    prompt_id: str | None = None
+
+    def run_label(self) -> str:
+        return str(self.run_id or self.labels.get(LABEL_RUN) or ADHOC_RUN)
+
+    def prompt_label(self) -> str:
+        return str(self.prompt_id or self.labels.get(LABEL_PROMPT) or "")
 
 
 @runtime_checkable
@@ -69,3 +95,54 @@ class Sandbox(Protocol):
 
     def close(self) -> None:
         """Release everything; safe to call twice."""
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+TRUNCATION_MARKER = "\n[output truncated: {n} more bytes]"
+
+
+class OutputCap:
+    """Collects a command's raw output bytes and returns them capped at `limit` characters.
+
+    Only about 4 bytes per allowed character are kept in memory; the rest is only counted,
+    so endless output costs no memory. `flooded` turns true once `flood_bytes` more than
+    that have been seen: the backend should then kill the command.
+    """
+
+    def __init__(self, limit: int, flood_bytes: int | None = None):
+        self.limit = max(0, int(limit))
+        self.keep = self.limit * 4 + 4
+        self.flood_bytes = flood_bytes if flood_bytes is not None else max(8 << 20, self.keep * 4)
+        self._buf = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self._buf)
+        if room > 0:
+            self._buf += chunk[:room]
+
+    @property
+    def flooded(self) -> bool:
+        return self.total - len(self._buf) > self.flood_bytes
+
+    def result(self) -> tuple[str, bool]:
+        """(text, truncated). Invalid UTF-8 becomes U+FFFD; the marker counts uncut bytes."""
+        raw = bytes(self._buf)
+        text = raw.decode("utf-8", "surrogateescape")  # 1 char per invalid byte, exact round trip
+        if len(text) <= self.limit and self.total == len(raw):
+            return raw.decode("utf-8", "replace"), False
+        kept = text[: self.limit]  # a full buffer always decodes to more than `limit` chars
+        kept_bytes = kept.encode("utf-8", "surrogateescape")
+        more = self.total - len(kept_bytes)
+        return kept_bytes.decode("utf-8", "replace") + TRUNCATION_MARKER.format(n=more), True
+
+
+def resolve_cwd(cwd: str | None, workdir: str) -> str:
+    """A row's cwd as an absolute, normalised POSIX path (relative ones live under workdir)."""
+    if not cwd:
+        return posixpath.normpath(workdir)
+    if not cwd.startswith("/"):
+        cwd = posixpath.join(workdir, cwd)
+    return posixpath.normpath(cwd).replace("//", "/")

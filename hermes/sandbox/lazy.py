@@ -8,8 +8,9 @@ from hermes.sandbox.base import ExecResult, Sandbox
 
 
 class LazySandbox:
-    def __init__(self, factory: Callable[[], Sandbox]):
+    def __init__(self, factory: Callable[[], Sandbox], command_timeout: float):
         self._factory = factory
+        self.command_timeout = command_timeout  # known before the sandbox exists: tools cap by it
         self._sandbox: Sandbox | None = None
         self._lock = threading.Lock()
         self._closed = False

@@ -29,21 +29,9 @@ def q(value: Any) -> str:
 
 def sandbox_timeout_limit(sandbox: Any) -> float | None:
     """The sandbox's per-command time limit in seconds, when it says what it is."""
-    # A LazySandbox does not forward attributes: look at the sandbox it wraps. Callers ask
-    # just before an exec, which would start it anyway, so starting it here costs nothing.
-    inner = getattr(sandbox, "_sandbox", None)
-    if inner is None and getattr(sandbox, "command_timeout", None) is None and callable(getattr(sandbox, "_get", None)):
-        try:
-            inner = sandbox._get()
-        except Exception:  # the exec that follows reports the failure
-            inner = None
-    for owner in (sandbox, getattr(sandbox, "settings", None), inner, getattr(inner, "settings", None)):
-        if owner is None:
-            continue
-        for attr in ("command_timeout", "timeout_limit"):
-            value = getattr(owner, attr, None)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                return float(value)
+    value = getattr(sandbox, "command_timeout", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
     return None
 
 

@@ -1,0 +1,711 @@
+"""DockerSandbox: one hardened container per prompt, on the docker SDK.
+
+Every container gets, unless the settings say otherwise: no network, every capability
+dropped, no-new-privileges, a non-root user, memory (no extra swap), CPU and pids limits,
+a read-only root with size-capped tmpfs work space at /tmp, at the work dir and at the
+row's cwd, an init process as PID 1, and labels naming the run and the prompt. It is kept
+alive by `sleep` and removed (force) by `close()`, at interpreter exit, or by `cleanup()`.
+
+Commands run as `sh -c` under a small POSIX-sh wrapper that starts the command in a
+session of its own (`setsid`) next to a timer that kills that whole process group at the
+time limit; the host also bounds its wait. Output (stdout and stderr merged, in order) is
+capped; an endless flood of output gets the command killed. The wrapper prints an end
+marker after the command, so a command that leaves a background process holding its
+output returns at once instead of waiting for the engine's I/O grace period.
+"""
+from __future__ import annotations
+
+import atexit
+import errno
+import logging
+import os
+import re
+import secrets
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from hermes.sandbox.base import (
+    LABEL_OWNER,
+    LABEL_PROMPT,
+    LABEL_RUN,
+    ExecResult,
+    ImageUnavailable,
+    OutputCap,
+    SandboxError,
+    SandboxSettings,
+    SandboxSpec,
+    resolve_cwd,
+)
+
+log = logging.getLogger(__name__)
+
+#: the harmless command that keeps a sandbox container alive (busybox and coreutils alike)
+KEEPALIVE = ["sleep", "2147483647"]
+#: extra seconds the host waits beyond a command's own time limit before giving up on it
+HOST_GRACE = 5.0
+#: read_file refuses files larger than this
+MAX_READ_BYTES = 256 << 20
+
+# --------------------------------------------------------------------------- the client
+
+
+_client_lock = threading.Lock()
+_client: docker.DockerClient | None = None
+
+
+def get_client() -> docker.DockerClient:
+    """The process-wide docker client (DOCKER_HOST etc. from the environment)."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            try:
+                client = docker.from_env(timeout=120, max_pool_size=128)
+                client.ping()
+            except DockerException as e:
+                raise SandboxError(f"no Docker engine answers: {e}") from e
+            _client = client
+        return _client
+
+
+def engine_available() -> bool:
+    try:
+        get_client()
+        return True
+    except SandboxError:
+        return False
+
+
+def _key(client: docker.DockerClient) -> str:
+    return str(getattr(client.api, "base_url", id(client)))
+
+
+def _loud(msg: str, *args: Any) -> None:
+    log.warning("SANDBOX HARDENING NOT APPLIED: " + msg, *args)
+
+
+# --------------------------------------------------------------------------- engine capabilities
+
+_engine_lock = threading.Lock()
+_engine_problems: dict[str, list[str]] = {}
+_seen_warnings: set[str] = set()
+_verified: set[tuple[str, str]] = set()
+
+
+def engine_problems(client: docker.DockerClient | None = None) -> list[str]:
+    """What this engine says it cannot enforce (checked once per process, logged loudly)."""
+    client = client or get_client()
+    key = _key(client)
+    with _engine_lock:
+        if key in _engine_problems:
+            return _engine_problems[key]
+        problems: list[str] = []
+        try:
+            info = client.info()
+        except DockerException as e:
+            raise SandboxError(f"docker info failed: {e}") from e
+        for flag, what in (("MemoryLimit", "memory limit"), ("SwapLimit", "swap limit (memory+swap)"),
+                           ("CpuCfsQuota", "CPU limit (CFS quota)"), ("PidsLimit", "pids limit")):
+            if info.get(flag) is False:
+                problems.append(f"{what}: engine reports {flag}=false")
+        if not any("seccomp" in str(o) for o in info.get("SecurityOptions") or []):
+            problems.append("seccomp: engine has no seccomp profile")
+        for w in info.get("Warnings") or []:
+            problems.append(f"engine warning: {w}")
+        for p in problems:
+            _loud("%s", p)
+        _engine_problems[key] = problems
+        return problems
+
+
+def _report_create_warnings(warnings: list[str] | None) -> None:
+    for w in warnings or []:
+        with _engine_lock:
+            if w in _seen_warnings:
+                continue
+            _seen_warnings.add(w)
+        _loud("engine said on container create: %s", w)
+
+
+def _verify_host_config(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
+    """Once per process and settings: read back what the engine actually applied."""
+    key = (_key(client), settings.model_dump_json())
+    with _engine_lock:
+        if key in _verified:
+            return
+        _verified.add(key)
+    hc = client.api.inspect_container(cid).get("HostConfig") or {}
+    expect = {
+        "Memory": lambda v: bool(v),
+        "MemorySwap": lambda v: v == hc.get("Memory"),
+        "NanoCpus": lambda v: v == int(settings.cpus * 1e9),
+        "PidsLimit": lambda v: v == settings.pids_limit,
+        "ReadonlyRootfs": lambda v: bool(v) == settings.read_only,
+        "CapDrop": lambda v: "ALL" in (v or []),
+        "SecurityOpt": lambda v: "no-new-privileges" in (v or []),
+        "NetworkMode": lambda v: settings.network or v == "none",
+        "Init": lambda v: bool(v),
+    }
+    for field, ok in expect.items():
+        if not ok(hc.get(field)):
+            _loud("container %s: HostConfig.%s is %r", cid[:12], field, hc.get(field))
+
+
+# --------------------------------------------------------------------------- images
+
+_image_lock = threading.Lock()
+_image_key_locks: dict[tuple[str, str], threading.Lock] = {}
+_images_ok: dict[tuple[str, str], dict] = {}
+_images_failed: dict[tuple[str, str], str] = {}
+
+
+def ensure_image(*args: Any, pull_timeout: float | None = None, client: docker.DockerClient | None = None) -> str:
+    """Make sure an image is here: present locally, else pulled within `pull_timeout` s.
+
+    Call as ``ensure_image(image, pull_timeout=120)`` or ``ensure_image(client, image, pull_timeout)``.
+    Cached per process (a failed pull is not retried, a local image is always looked for).
+    Raises ImageUnavailable(image, reason).
+    """
+    rest = list(args)
+    if rest and not isinstance(rest[0], str):
+        client = rest.pop(0)
+    if not rest:
+        raise TypeError("ensure_image needs an image name")
+    image = rest.pop(0)
+    if rest:
+        pull_timeout = rest.pop(0)
+    _image_config(image, 120.0 if pull_timeout is None else float(pull_timeout), client or get_client())
+    return image
+
+
+def _image_config(image: str, pull_timeout: float, client: docker.DockerClient) -> dict:
+    key = (_key(client), image)
+    if key in _images_ok:
+        return _images_ok[key]
+    with _image_lock:
+        lock = _image_key_locks.setdefault(key, threading.Lock())
+    with lock:
+        if key in _images_ok:
+            return _images_ok[key]
+        try:
+            cfg = client.api.inspect_image(image).get("Config") or {}
+            _images_ok[key] = cfg
+            return cfg
+        except ImageNotFound:
+            pass
+        except DockerException as e:
+            raise SandboxError(f"cannot check image {image}: {e}") from e
+        if key in _images_failed:
+            raise ImageUnavailable(image, _images_failed[key])
+        reason = _pull(client, image, pull_timeout)
+        if reason is None:
+            try:
+                cfg = client.api.inspect_image(image).get("Config") or {}
+                _images_ok[key] = cfg
+                return cfg
+            except DockerException as e:
+                reason = f"pulled, yet not found: {e}"
+        _images_failed[key] = reason
+        raise ImageUnavailable(image, reason)
+
+
+def _pull(client: docker.DockerClient, image: str, timeout: float) -> str | None:
+    """None on success, else why not."""
+    from docker.utils import parse_repository_tag
+
+    repo, tag = parse_repository_tag(image)
+    outcome: list[str | None] = []
+
+    def work() -> None:
+        try:
+            for msg in client.api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if isinstance(msg, dict) and msg.get("error"):
+                    outcome.append(f"pull failed: {msg['error']}")
+                    return
+            outcome.append(None)
+        except APIError as e:
+            outcome.append(f"not present locally; pull failed: {e.explanation or e}")
+        except Exception as e:  # noqa: BLE001 - any failure is a reason
+            outcome.append(f"not present locally; pull failed: {e}")
+
+    t = threading.Thread(target=work, name=f"pull {image}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return f"not present locally; pull did not finish within {timeout:g}s"
+    return outcome[0] if outcome else "pull failed"
+
+
+# --------------------------------------------------------------------------- cwd policy
+
+# A tmpfs over these would hide the image's own system files: a cwd here is used as is.
+_SYSTEM_EXACT = {"/", "/usr", "/usr/local", "/var", "/opt", "/home", "/srv", "/mnt", "/media"}
+_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                 "/boot", "/run", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64",
+                 "/usr/libexec", "/usr/share", "/usr/include", "/usr/local/bin", "/usr/local/sbin",
+                 "/usr/local/lib", "/var/lib", "/var/run")
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _tmpfs_plan(cwd: str, settings: SandboxSettings, image_workdir: str) -> tuple[list[str], str | None]:
+    """(tmpfs mount points, why cwd gets none or None)."""
+    workdir = resolve_cwd(None, settings.workdir)
+    if workdir == "/" or any(_under(workdir, t) for t in _SYSTEM_TREES):
+        raise SandboxError(f"settings.workdir {workdir!r} is a system path; choose e.g. /workspace")
+    mounts = ["/tmp", workdir] if workdir != "/tmp" else ["/tmp"]
+    if any(_under(cwd, m) for m in mounts):
+        return mounts, None
+    if cwd in _SYSTEM_EXACT or any(_under(cwd, t) for t in _SYSTEM_TREES):
+        return mounts, "it is a system path"
+    if image_workdir and resolve_cwd(image_workdir, "/") == cwd:
+        return mounts, "it is the image's WORKDIR, whose contents are kept"
+    return mounts + [cwd], None
+
+
+# --------------------------------------------------------------------------- the exec wrapper
+
+# $1 nonce, $2 seconds, $3 cwd, $4 command. fd 3 is the control channel (the exec's stderr);
+# the command's stdout and stderr both go to the exec's stdout, in order.
+_WRAPPER = r"""exec 3>&2 2>&1
+n=$1 t=$2 d=$3 c=$4
+cd -- "$d" 2>/dev/null || { mkdir -p -- "$d" 2>/dev/null; cd -- "$d"; } || { printf '\n%s 126 1\n' "$n"; exit 126; }
+if command -v setsid >/dev/null 2>&1; then
+  setsid sh -c "$c" </dev/null 3>&- &
+  p=$!
+  echo "pgid $p" >&3
+  setsid sh -c 'sleep "$1" && kill -9 -"$2"' hermes-timer "$t" "$p" </dev/null >/dev/null 2>&1 3>&- &
+  w=$!
+  { wait "$p"; } 2>/dev/null; r=$?
+  kill -9 "$w" -"$w" 2>/dev/null
+else
+  sh -c "$c" </dev/null 3>&- &
+  p=$!
+  echo "pid $p" >&3
+  ( sleep "$t" && kill -9 "$p" ) </dev/null >/dev/null 2>&1 3>&- &
+  w=$!
+  { wait "$p"; } 2>/dev/null; r=$?
+  kill -9 "$w" 2>/dev/null
+fi
+{ wait "$w"; } 2>/dev/null; f=$?
+printf '\n%s %s %s\n' "$n" "$r" "$f"
+"""
+
+_READ = r"""cd -- "$1" 2>/dev/null || cd /
+[ -e "$2" ] || { echo "No such file or directory: $2" >&2; exit 3; }
+[ -d "$2" ] && { echo "Is a directory: $2" >&2; exit 4; }
+[ -r "$2" ] || { echo "Permission denied: $2" >&2; exit 5; }
+exec cat -- "$2"
+"""
+
+_WRITE = r"""cd -- "$1" 2>/dev/null || cd /
+p=$2
+if [ -d "$p" ]; then cat >/dev/null; echo "Is a directory: $p" >&2; exit 4; fi
+d=$(dirname -- "$p")
+if ! { [ -d "$d" ] || mkdir -p -- "$d"; } 2>&1 >&2; then cat >/dev/null; exit 5; fi
+if ! cat > "$p"; then cat >/dev/null; exit 5; fi
+"""
+
+
+def _fmt_seconds(t: float) -> str:
+    return f"{max(t, 0.01):.3f}".rstrip("0").rstrip(".")
+
+
+def _slug(s: str, n: int) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", s).strip("-.")[:n] or "x"
+
+
+class _Frames:
+    """Reads the engine's multiplexed exec stream: (stream number, payload) pairs."""
+
+    def __init__(self, sock: Any):
+        self.io = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.buf = bytearray()
+
+    def _fill(self, n: int, deadline: float) -> bool:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline")
+            self.raw.settimeout(min(left, 3600.0))
+            chunk = self.raw.recv(max(65536, n - len(self.buf)))
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    def next(self, deadline: float) -> tuple[int, bytes] | None:
+        if not self._fill(8, deadline):
+            return None
+        stream, size = self.buf[0], struct.unpack(">I", bytes(self.buf[4:8]))[0]
+        if not self._fill(8 + size, deadline):
+            return None
+        payload = bytes(self.buf[8:8 + size])
+        del self.buf[:8 + size]
+        return stream, payload
+
+    def close(self) -> None:
+        for s in (self.raw, self.io):
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+_live_lock = threading.Lock()
+_live: set["DockerSandbox"] = set()
+
+
+class DockerSandbox:
+    """One prompt's container. Create with ``DockerSandbox(spec, settings)``; close when done."""
+
+    def __init__(self, spec: SandboxSpec, settings: SandboxSettings, *, client: docker.DockerClient | None = None):
+        self.spec = spec
+        self.settings = settings
+        self.client = client or get_client()
+        self.api = self.client.api
+        self.cwd = resolve_cwd(spec.cwd, settings.workdir)
+        self.container_id: str | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._create()
+
+    # -- life ---------------------------------------------------------------
+
+    @property
+    def command_timeout(self) -> float:
+        return self.settings.command_timeout
+
+    @property
+    def id(self) -> str | None:
+        return self.container_id
+
+    def _create(self) -> None:
+        s, spec = self.settings, self.spec
+        engine_problems(self.client)
+        image_cfg = _image_config(spec.image, s.pull_timeout, self.client)
+        if _is_root(s.user):
+            log.warning("SANDBOX RUNS AS ROOT: settings.user=%r (the safe default is 65534:65534)", s.user)
+        mounts, why_not = _tmpfs_plan(self.cwd, s, image_cfg.get("WorkingDir") or "")
+        if why_not:
+            log.warning("cwd %s gets no writable tmpfs (%s)%s", self.cwd, why_not,
+                        "; it is read-only" if s.read_only else "")
+        opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
+        _check_tmpfs_budget(s, len(mounts))
+        run, prompt = spec.run_label(), spec.prompt_label()
+        labels = {**{str(k): str(v) for k, v in spec.labels.items()},
+                  LABEL_RUN: run, LABEL_PROMPT: prompt, LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
+        name = f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}"
+        try:
+            host_config = self.api.create_host_config(
+                network_mode=None if s.network else "none",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=s.memory,
+                memswap_limit=s.memory,
+                nano_cpus=int(s.cpus * 1e9),
+                pids_limit=s.pids_limit,
+                read_only=s.read_only,
+                tmpfs={m: opts for m in mounts},
+                init=True,
+                auto_remove=False,
+            )
+            res = self.api.create_container(
+                spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
+                name=name, host_config=host_config, working_dir="/tmp", detach=True,
+                environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
+            )
+        except ImageNotFound as e:
+            raise ImageUnavailable(spec.image, str(e.explanation or e)) from e
+        except (APIError, DockerException) as e:
+            raise SandboxError(f"cannot create a container from {spec.image}: {getattr(e, 'explanation', None) or e}") from e
+        self.container_id = res["Id"]
+        with _live_lock:
+            _live.add(self)
+        _report_create_warnings(res.get("Warnings"))
+        try:
+            self.api.start(self.container_id)
+            _verify_host_config(self.client, self.container_id, s)
+        except BaseException as e:
+            self.close()
+            if isinstance(e, DockerException):
+                raise SandboxError(f"cannot start a container from {spec.image}: {getattr(e, 'explanation', None) or e}") from e
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with _live_lock:
+            _live.discard(self)
+        if self.container_id:
+            try:
+                self.api.remove_container(self.container_id, force=True, v=True)
+            except NotFound:
+                pass
+            except DockerException as e:
+                log.warning("could not remove sandbox container %s: %s", self.container_id[:12], e)
+
+    def __enter__(self) -> "DockerSandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DockerSandbox({self.spec.image!r}, id={(self.container_id or '')[:12]}, cwd={self.cwd!r})"
+
+    # -- commands -------------------------------------------------------------
+
+    def _exec_socket(self, cmd: list[str], stdin: bool = False) -> tuple[str, _Frames]:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        try:
+            ex = self.api.exec_create(self.container_id, cmd, stdout=True, stderr=True, stdin=stdin,
+                                      user=self.settings.user)
+            sock = self.api.exec_start(ex["Id"], socket=True)
+        except NotFound as e:
+            raise SandboxError(f"sandbox container {self.container_id[:12]} is gone: {e.explanation or e}") from e
+        except APIError as e:
+            self._raise_if_dead()
+            raise SandboxError(f"sandbox container {self.container_id[:12]}: {e.explanation or e}") from e
+        return ex["Id"], _Frames(sock)
+
+    def _exit_code(self, exec_id: str) -> int:
+        for _ in range(50):
+            info = self.api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                code = info.get("ExitCode")
+                return -1 if code is None else int(code)
+            time.sleep(0.02)
+        return -1
+
+    def _raise_if_dead(self) -> None:
+        """A container that stopped (e.g. its memory filled up) cannot run anything more."""
+        for attempt in range(3):  # the engine notices a dying container a moment late
+            try:
+                state = self.api.inspect_container(self.container_id).get("State") or {}
+            except NotFound:
+                state = {"Status": "removed"}
+            except DockerException:
+                return
+            if not state.get("Running") or attempt == 2:
+                break
+            time.sleep(0.1)
+        if not state.get("Running"):
+            why = " (out of memory: OOM-killed)" if state.get("OOMKilled") else ""
+            raise SandboxError(f"sandbox container {self.container_id[:12]} has stopped{why}: "
+                               f"status {state.get('Status')}, exit code {state.get('ExitCode')}")
+
+    def _kill(self, target: str) -> None:
+        """Kill a process group ("-PGID") or a pid inside the container; best effort."""
+        try:
+            ex = self.api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
+            self.api.exec_start(ex["Id"])
+        except DockerException as e:
+            log.warning("could not kill %s in %s: %s", target, (self.container_id or "")[:12], e)
+
+    def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        started = time.monotonic()
+        limit = self.settings.command_timeout if timeout is None else float(timeout)
+        workdir = resolve_cwd(cwd, self.cwd)
+        nonce = secrets.token_hex(8)
+        exec_id, frames = self._exec_socket(["sh", "-c", _WRAPPER, "hermes-exec", nonce, _fmt_seconds(limit), workdir, command])
+        cap = OutputCap(self.settings.output_limit)
+        prefix = b"\n" + nonce.encode() + b" "
+        pending = bytearray()
+        target: str | None = None
+        end: tuple[int, int] | None = None
+        host_timed_out = flood_killed = False
+        deadline = started + limit + HOST_GRACE
+        try:
+            while end is None:
+                try:
+                    frame = frames.next(deadline)
+                except (socket.timeout, TimeoutError):
+                    host_timed_out = True
+                    break
+                except OSError as e:
+                    raise SandboxError(f"exec stream broke: {e}") from e
+                if frame is None:
+                    break
+                stream, payload = frame
+                if stream == 2:
+                    m = re.search(rb"(pgid|pid) (\d+)", payload)
+                    if m and target is None:
+                        target = ("-" if m.group(1) == b"pgid" else "") + m.group(2).decode()
+                    continue
+                pending += payload
+                at = pending.find(prefix)
+                if at >= 0:
+                    nl = pending.find(b"\n", at + len(prefix))
+                    if nl >= 0:
+                        parts = pending[at + len(prefix):nl].split()
+                        try:
+                            end = (int(parts[0]), int(parts[1]))
+                        except (IndexError, ValueError):
+                            end = (-1, 1)
+                    cap.feed(bytes(pending[:at]))
+                    del pending[:at]
+                elif len(pending) > len(prefix) + 32:
+                    cut = len(pending) - (len(prefix) + 32)
+                    cap.feed(bytes(pending[:cut]))
+                    del pending[:cut]
+                if cap.flooded and not flood_killed and target:
+                    flood_killed = True
+                    self._kill(target)
+        finally:
+            frames.close()
+        if end is None:
+            cap.feed(bytes(pending))
+            if host_timed_out and target:
+                self._kill(target)
+            elif not host_timed_out:
+                self._raise_if_dead()
+        text, truncated = cap.result()
+        if flood_killed:
+            text += f"\n[command killed: it kept writing output ({cap.total} bytes)]"
+        if end is not None:
+            code, fired = end
+            timed_out = fired == 0 and code >= 128  # the timer's kill succeeded and the command died of it
+            exit_code = -1 if (timed_out or flood_killed) else code
+        elif host_timed_out:
+            timed_out, exit_code = True, -1
+        else:  # the wrapper itself died (e.g. out of memory); ask the engine
+            timed_out, exit_code = False, self._exit_code(exec_id)
+            if exit_code == 0:
+                exit_code = -1
+            if exit_code == 137:
+                text += "\n[killed by signal 9 (SIGKILL): the sandbox may be out of memory]"
+        return ExecResult(exit_code=exit_code, output=text, timed_out=timed_out, truncated=truncated,
+                          duration=time.monotonic() - started)
+
+    # -- files ----------------------------------------------------------------
+
+    def _run_plain(self, cmd: list[str], data: bytes | None, timeout: float) -> tuple[bytes, bytes, int]:
+        exec_id, frames = self._exec_socket(cmd, stdin=data is not None)
+        deadline = time.monotonic() + timeout
+        out, err = bytearray(), bytearray()
+        try:
+            if data is not None:
+                frames.raw.settimeout(timeout)
+                try:
+                    frames.raw.sendall(data)
+                    frames.raw.shutdown(socket.SHUT_WR)
+                except OSError as e:
+                    raise SandboxError(f"could not send data to the sandbox: {e}") from e
+            while True:
+                try:
+                    frame = frames.next(deadline)
+                except (socket.timeout, TimeoutError) as e:
+                    raise SandboxError(f"file operation did not finish within {timeout:g}s") from e
+                if frame is None:
+                    break
+                (out if frame[0] == 1 else err).extend(frame[1])
+                if len(out) > MAX_READ_BYTES:
+                    raise SandboxError(f"file larger than {MAX_READ_BYTES} bytes")
+        finally:
+            frames.close()
+        return bytes(out), bytes(err), self._exit_code(exec_id)
+
+    def _file_timeout(self, size: int = 0) -> float:
+        return max(self.settings.command_timeout, 30.0) + size / (5 << 20)
+
+    def read_file(self, path: str) -> bytes:
+        out, err, code = self._run_plain(["sh", "-c", _READ, "hermes-read", self.cwd, path], None, self._file_timeout())
+        if code == 0:
+            return out
+        _raise_file_error(code, err, path)
+        raise AssertionError  # unreachable
+
+    def write_file(self, path: str, data: bytes) -> None:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        _, err, code = self._run_plain(["sh", "-c", _WRITE, "hermes-write", self.cwd, path], bytes(data),
+                                       self._file_timeout(len(data)))
+        if code != 0:
+            _raise_file_error(code, err, path)
+
+
+def _raise_file_error(code: int, err: bytes, path: str) -> None:
+    msg = err.decode("utf-8", "replace").strip() or f"exit code {code}"
+    if code == 3:
+        raise FileNotFoundError(errno.ENOENT, msg, path)
+    if code == 4:
+        raise IsADirectoryError(errno.EISDIR, msg, path)
+    if "Permission denied" in msg or "Read-only file system" in msg:
+        raise PermissionError(errno.EACCES, msg, path)
+    raise SandboxError(f"{path}: {msg}")
+
+
+_budget_warned: set[tuple[str, str, int]] = set()
+
+
+def _check_tmpfs_budget(s: SandboxSettings, mounts: int) -> None:
+    """tmpfs pages are charged to the container's memory: full tmpfs mounts can OOM-kill it."""
+    from docker.utils import parse_bytes
+
+    key = (s.memory, s.tmpfs_size, mounts)
+    if key in _budget_warned:
+        return
+    _budget_warned.add(key)
+    try:
+        total, memory = parse_bytes(s.tmpfs_size) * mounts, parse_bytes(s.memory)
+    except Exception:  # noqa: BLE001 - the engine will reject a bad size itself
+        return
+    if total >= memory:
+        log.warning("sandbox tmpfs: %d mounts x %s = %d MiB >= memory %s: filling them will get the whole "
+                    "container OOM-killed; lower tmpfs_size or raise memory", mounts, s.tmpfs_size,
+                    total >> 20, s.memory)
+
+
+def _is_root(user: str) -> bool:
+    head = user.split(":", 1)[0].strip()
+    return head in ("", "0", "root")
+
+
+# --------------------------------------------------------------------------- leftovers
+
+
+def cleanup(run_id: str | None = None, *, client: docker.DockerClient | None = None) -> int:
+    """Remove containers labelled by this product: all of them, or one run's. Returns how many."""
+    client = client or get_client()
+    label = LABEL_RUN if run_id is None else f"{LABEL_RUN}={run_id}"
+    try:
+        found = client.api.containers(all=True, filters={"label": label})
+    except DockerException as e:
+        raise SandboxError(f"cannot list containers: {e}") from e
+    removed = 0
+    for c in found:
+        try:
+            client.api.remove_container(c["Id"], force=True, v=True)
+            removed += 1
+        except NotFound:
+            pass
+        except DockerException as e:
+            log.warning("could not remove leftover container %s: %s", c["Id"][:12], e)
+    if removed:
+        log.info("removed %d leftover sandbox container(s)%s", removed, f" of run {run_id}" if run_id else "")
+    return removed
+
+
+@atexit.register
+def _close_all() -> None:
+    with _live_lock:
+        live = list(_live)
+    for sb in live:
+        try:
+            sb.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,184 @@
+"""LocalSandbox: model commands run directly on THIS HOST. It is NOT a security boundary.
+
+Used only when a user explicitly opts in (settings.backend == "local"), e.g. on a machine
+without Docker. What it gives: a temporary folder as the work space (removed on close), a
+row's cwd mapped *inside* that folder (never the real host path), commands run with
+`/bin/sh -c` in a session of their own with a reduced environment (no host secrets such as
+API keys), killed with their whole process group at the time limit, and the same output
+cap as the docker backend. What it does not give: any isolation. A command can read and
+write anything the host user can, reach the network, and leave processes behind if they
+escape their process group. Paths given to read_file/write_file are mapped into the
+temporary folder (absolute ones too); paths inside commands are the host's.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from hermes.sandbox.base import ExecResult, OutputCap, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
+
+log = logging.getLogger(__name__)
+
+#: how long output is still collected after the command exited (background children may hold the pipe)
+DRAIN_SECONDS = 0.2
+MAX_READ_BYTES = 256 << 20
+_warned = threading.Event()
+
+
+class LocalSandbox:
+    def __init__(self, spec: SandboxSpec, settings: SandboxSettings):
+        if not _warned.is_set():
+            _warned.set()
+            log.warning("LOCAL SANDBOX: model-written commands run on this host WITHOUT isolation "
+                        "(settings.backend='local')")
+        self.spec = spec
+        self.settings = settings
+        self.root = Path(tempfile.mkdtemp(prefix="hermes-local-")).resolve()
+        self.cwd = resolve_cwd(spec.cwd, settings.workdir)  # as the model sees it
+        self._groups: set[int] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+        (self.root / "tmp").mkdir(exist_ok=True)
+        self._map(self.cwd).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def command_timeout(self) -> float:
+        return self.settings.command_timeout
+
+    def host_path(self, path: str | None = None) -> Path:
+        """Where a sandbox path lives on the host (inside the temporary folder)."""
+        return self._map(path or self.cwd)
+
+    def _map(self, path: str) -> Path:
+        virtual = resolve_cwd(path, self.cwd)  # normalised: no '..' can climb above /
+        host = self.root / virtual.lstrip("/")
+        real = Path(os.path.realpath(host))
+        if real != self.root and self.root not in real.parents:
+            raise PermissionError(f"{path} leads outside the sandbox folder")
+        return host
+
+    def _env(self) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+               "HOME": str(self.root / "tmp"), "TMPDIR": str(self.root / "tmp"),
+               "HERMES_SANDBOX_ROOT": str(self.root)}
+        for k in ("LANG", "LC_ALL", "TZ"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        return env
+
+    # -- commands -------------------------------------------------------------
+
+    def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        started = time.monotonic()
+        limit = self.settings.command_timeout if timeout is None else float(timeout)
+        cap = OutputCap(self.settings.output_limit)
+        try:
+            workdir = self._map(resolve_cwd(cwd, self.cwd))
+            workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return ExecResult(126, f"cannot enter working directory {cwd}: {e}\n", duration=time.monotonic() - started)
+        try:
+            proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=workdir, env=self._env(), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            raise SandboxError(f"cannot start /bin/sh: {e}") from e
+        self._groups.add(proc.pid)
+        timed_out = flood_killed = False
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        deadline = started + limit
+        exited_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and now - exited_at > DRAIN_SECONDS:
+                    break
+                if exited_at is None and now >= deadline:
+                    timed_out = True
+                    self._killpg(proc.pid)
+                    proc.wait()
+                    exited_at = time.monotonic()
+                    continue
+                wait = min(0.05, max(0.0, deadline - now)) if exited_at is None else 0.02
+                if not sel.select(wait):
+                    continue
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    if exited_at is None:
+                        proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.1)
+                    break
+                cap.feed(chunk)
+                if cap.flooded and not flood_killed:
+                    flood_killed = True
+                    self._killpg(proc.pid)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._killpg(proc.pid)
+        finally:
+            sel.close()
+            proc.stdout.close()
+        code = proc.wait()
+        text, truncated = cap.result()
+        if flood_killed:
+            text += f"\n[command killed: it kept writing output ({cap.total} bytes)]"
+        return ExecResult(exit_code=-1 if (timed_out or flood_killed) else code, output=text,
+                          timed_out=timed_out, truncated=truncated, duration=time.monotonic() - started)
+
+    def _killpg(self, pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- files ----------------------------------------------------------------
+
+    def read_file(self, path: str) -> bytes:
+        host = self._map(path)
+        if host.is_file() and host.stat().st_size > MAX_READ_BYTES:
+            raise SandboxError(f"{path}: file larger than {MAX_READ_BYTES} bytes")
+        return host.read_bytes()  # FileNotFoundError / IsADirectoryError / PermissionError as is
+
+    def write_file(self, path: str, data: bytes) -> None:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        host = self._map(path)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        self._map(path)  # re-check: a parent could be a symlink leading out
+        host.write_bytes(data)
+
+    # -- life -----------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for pgid in list(self._groups):
+            self._killpg(pgid)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "LocalSandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalSandbox(root={str(self.root)!r}, cwd={self.cwd!r})"

@@ -1,0 +1,64 @@
+"""Shared fixtures: the real parts every end-to-end test needs.
+
+- Prefect: one session-scoped test harness (a real embedded Prefect server and engine).
+- Docker: the real engine; in CI (CI=true) a missing engine fails the tests, never skips them.
+- The bundled scripted model server on a loopback port.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from flows.cli import configure_prefect
+
+configure_prefect()
+
+
+def docker_client_or_none():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        return client
+    except Exception:
+        return None
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    client = docker_client_or_none()
+    if client is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Docker engine answers; .ci/run must start one (deployments/bootstrap.sh)")
+        pytest.skip("no Docker engine answers (run deployments/bootstrap.sh)")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_engine):
+    from hermes.sandbox.image import ensure_default_image
+
+    return ensure_default_image()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture
+def mock_llm():
+    from hermes.mock_llm import MockLLM
+
+    with MockLLM() as server:
+        yield server
+
+
+def containers_of(client, run_name: str):
+    return client.containers.list(all=True, filters={"label": f"hermes-batch.run={run_name}"})

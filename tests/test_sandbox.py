@@ -1,0 +1,503 @@
+"""Sandboxes against a real Docker engine (skipped with a reason when none answers), plus
+the local backend and the output cap, which need no engine."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from hermes.sandbox import cleanup, open_sandbox
+from hermes.sandbox.base import (
+    LABEL_PROMPT,
+    LABEL_RUN,
+    ExecResult,
+    ImageUnavailable,
+    OutputCap,
+    Sandbox,
+    SandboxError,
+    SandboxSettings,
+    SandboxSpec,
+)
+from hermes.sandbox.local import LocalSandbox
+
+
+def _engine_reason() -> str | None:
+    try:
+        from hermes.sandbox.docker import get_client
+
+        get_client()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"no Docker engine answers ({e}); start dockerd to run the container tests"
+
+
+ENGINE_REASON = _engine_reason()
+needs_docker = [pytest.mark.docker, pytest.mark.skipif(ENGINE_REASON is not None, reason=ENGINE_REASON or "")]
+RUN_ID = f"pytest-{uuid.uuid4().hex[:8]}"
+
+
+def _ours(run_id: str = RUN_ID) -> list[dict]:
+    from hermes.sandbox.docker import get_client
+
+    return get_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+
+
+@pytest.fixture(scope="module")
+def image():
+    if ENGINE_REASON:
+        pytest.skip(ENGINE_REASON)
+    from hermes.sandbox.image import ensure_default_image
+
+    tag = ensure_default_image()
+    yield tag
+    leftovers = _ours()
+    cleanup(RUN_ID)
+    assert not leftovers, f"tests left containers behind: {[c['Names'] for c in leftovers]}"
+
+
+@pytest.fixture
+def settings() -> SandboxSettings:
+    return SandboxSettings(command_timeout=30, output_limit=2000)
+
+
+@pytest.fixture
+def make(image, settings, request):
+    """make(cwd=None, **settings overrides) -> a started DockerSandbox, closed after the test."""
+    made = []
+
+    def _make(cwd: str | None = None, **overrides):
+        s = settings.model_copy(update=overrides)
+        sb = open_sandbox(SandboxSpec(image=image, cwd=cwd, run_id=RUN_ID, prompt_id=request.node.name), s)
+        made.append(sb)
+        return sb
+
+    yield _make
+    for sb in made:
+        sb.close()
+
+
+@pytest.fixture
+def sb(make):
+    return make()
+
+
+# --------------------------------------------------------------------------- docker
+
+
+def docker_test(fn):
+    for m in needs_docker:
+        fn = m(fn)
+    return fn
+
+
+@docker_test
+def test_protocol_and_basic_command(sb):
+    assert isinstance(sb, Sandbox)
+    r = sb.exec("echo hello; echo oops >&2")
+    assert isinstance(r, ExecResult)
+    assert (r.exit_code, r.timed_out, r.truncated) == (0, False, False)
+    assert r.output == "hello\noops\n"
+
+
+@docker_test
+def test_exit_codes(sb):
+    assert sb.exec("exit 3").exit_code == 3
+    assert sb.exec("false").exit_code == 1
+    assert sb.exec("no-such-command-xyz").exit_code == 127
+    r = sb.exec("echo partial; kill -9 $$")
+    assert r.exit_code == 137 and not r.timed_out and "partial" in r.output
+
+
+@docker_test
+def test_output_order_is_kept(sb):
+    r = sb.exec("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done")
+    assert r.output.split() == [f"{k}{i}" for i in range(1, 6) for k in ("out", "err")]
+
+
+@docker_test
+def test_cwd_honoured_and_writable(make):
+    sb = make(cwd="/project/src")
+    r = sb.exec("pwd; touch made-here && ls")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == ["/project/src", "made-here"]
+    # default workdir and /tmp are writable, and a per-call cwd is created on demand
+    assert sb.exec("pwd; touch x", cwd="/workspace").output.strip() == "/workspace"
+    r = sb.exec("pwd; touch y", cwd="deeper/still")
+    assert (r.exit_code, r.output.strip()) == (0, "/project/src/deeper/still")
+    assert sb.exec("touch /tmp/ok").exit_code == 0
+
+
+@docker_test
+def test_default_cwd_is_workdir(sb):
+    r = sb.exec("pwd; touch a && echo ok")
+    assert r.output.split() == ["/workspace", "ok"]
+
+
+@docker_test
+def test_files_round_trip(sb):
+    sb.write_file("notes/hello.txt", "héllo\n".encode())
+    assert sb.read_file("notes/hello.txt") == "héllo\n".encode()
+    assert sb.read_file("/workspace/notes/hello.txt") == "héllo\n".encode()
+    assert sb.exec("cat notes/hello.txt").output == "héllo\n"
+    binary = bytes(range(256)) * 7 + b"\x00\n\r\xff"
+    sb.write_file("/tmp/deep/er/bin.dat", binary)
+    assert sb.read_file("/tmp/deep/er/bin.dat") == binary
+    big = os.urandom(3 * 1024 * 1024)
+    started = time.monotonic()
+    sb.write_file("big.bin", big)
+    assert sb.read_file("big.bin") == big
+    assert time.monotonic() - started < 20
+    assert sb.exec("wc -c < big.bin").output.strip() == str(len(big))
+    sb.write_file("empty", b"")
+    assert sb.read_file("empty") == b""
+
+
+@docker_test
+def test_file_errors(sb):
+    with pytest.raises(FileNotFoundError):
+        sb.read_file("missing.txt")
+    sb.exec("mkdir -p adir")
+    with pytest.raises(IsADirectoryError):
+        sb.read_file("adir")
+    with pytest.raises(IsADirectoryError):
+        sb.write_file("adir", b"x")
+    with pytest.raises(PermissionError):
+        sb.write_file("/etc/x", b"x")
+
+
+@docker_test
+def test_time_limit_kills_the_command(sb):
+    started = time.monotonic()
+    r = sb.exec("sleep 100", timeout=2)
+    took = time.monotonic() - started
+    assert r.timed_out and r.exit_code == -1
+    assert 1.5 < took < 10
+    # children and background jobs of a killed command die with it
+    r = sb.exec("sleep 101 & sleep 102 & echo started; sleep 103", timeout=1)
+    assert r.timed_out and "started" in r.output
+    assert "sleep 10" not in sb.exec("ps -o args | grep -v grep").output
+
+
+@docker_test
+def test_background_process_returns_at_once(sb):
+    started = time.monotonic()
+    r = sb.exec("sleep 30 & echo launched")
+    assert r.exit_code == 0 and r.output == "launched\n"
+    assert time.monotonic() - started < 1.5
+    assert "sleep 30" in sb.exec("ps -o args").output  # still running: background jobs survive
+
+
+@docker_test
+def test_endless_output_is_capped(sb):
+    started = time.monotonic()
+    r = sb.exec("yes hermes", timeout=60)
+    assert time.monotonic() - started < 30
+    assert r.truncated
+    head, _, tail = r.output.partition("\n[output truncated: ")
+    assert len(head) == 2000 and head.startswith("hermes\nhermes\n")
+    assert tail.split(" ", 1)[0].isdigit() and "more bytes]" in tail
+    assert r.exit_code == -1 and "[command killed" in r.output
+
+
+@docker_test
+def test_long_output_counts_what_was_cut(sb):
+    r = sb.exec("seq 1 20000")
+    full = "".join(f"{i}\n" for i in range(1, 20001))
+    assert r.exit_code == 0 and r.truncated
+    assert r.output == full[:2000] + f"\n[output truncated: {len(full) - 2000} more bytes]"
+
+
+@docker_test
+def test_invalid_utf8_survives(sb):
+    r = sb.exec(r"printf 'ok \377\376 end\n'")
+    assert r.exit_code == 0
+    assert r.output.startswith("ok ") and r.output.endswith(" end\n") and "\ufffd" in r.output
+
+
+@docker_test
+def test_no_network(sb):
+    r = sb.exec("nc -w 2 1.1.1.1 80 </dev/null", timeout=10)
+    assert r.exit_code != 0
+    assert "unreachable" in r.output.lower() or "can't connect" in r.output.lower()
+    ifaces = sb.exec("cat /proc/net/dev").output
+    assert "lo:" in ifaces and "eth0" not in ifaces
+
+
+@docker_test
+def test_root_filesystem_is_read_only(sb):
+    r = sb.exec("touch /etc/x")
+    assert r.exit_code != 0 and "Read-only file system" in r.output
+    assert sb.exec("touch /x").exit_code != 0
+
+
+@docker_test
+def test_unprivileged(sb):
+    assert sb.exec("id -u").output.strip() != "0"
+    status = sb.exec("cat /proc/self/status").output
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert fields["CapEff"].strip() == "0000000000000000"
+    assert fields["NoNewPrivs"].strip() == "1"
+
+
+@docker_test
+def test_limits_applied(sb):
+    hc = sb.api.inspect_container(sb.container_id)["HostConfig"]
+    assert hc["Memory"] == 1 << 30 and hc["MemorySwap"] == 1 << 30
+    assert hc["NanoCpus"] == 1_000_000_000 and hc["PidsLimit"] == 256
+    assert hc["ReadonlyRootfs"] and hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]
+    assert hc["NetworkMode"] == "none" and hc["Init"] and not hc["AutoRemove"]
+    assert set(hc["Tmpfs"]) == {"/tmp", "/workspace"}
+
+
+@docker_test
+def test_pids_limit_stops_a_fork_loop(make):
+    sb = make(pids_limit=64)
+    r = sb.exec("i=0; while [ $i -lt 1000 ]; do sleep 60 & i=$((i+1)); done; echo all-started", timeout=30)
+    assert "all-started" not in r.output
+    assert "fork" in r.output.lower() or "resource temporarily unavailable" in r.output.lower()
+    procs = sb.api.top(sb.container_id)["Processes"]
+    assert len(procs) <= 64  # at least 936 of the 1000 never started
+    assert subprocess.run(["true"]).returncode == 0  # the host is fine
+    sb.close()
+    assert not [c for c in _ours() if c["Id"] == sb.container_id]
+
+
+@docker_test
+def test_memory_limit_and_a_dead_container(make):
+    sb = make(memory="64m", tmpfs_size="256m")
+    r = sb.exec("x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}", timeout=30)
+    assert r.exit_code != 0 and "200000000" not in r.output  # the hog was killed
+    # tmpfs pages count against the memory limit: a 100 MB file cannot fit in 64 MB. The
+    # writer is killed, or the whole container is (then the sandbox says so: SandboxError)
+    try:
+        for i in range(3):
+            r = sb.exec(f"head -c 100000000 /dev/zero > /tmp/fill{i} && echo stored", timeout=30)
+            assert r.exit_code != 0 and "stored" not in r.output
+    except SandboxError as e:
+        assert "stopped" in str(e) or "not running" in str(e)
+    sb.close()
+
+
+@docker_test
+def test_two_sandboxes_are_separate(make):
+    a, b = make(), make()
+    assert a.exec("hostname").output != b.exec("hostname").output
+    a.write_file("mine", b"a")
+    with pytest.raises(FileNotFoundError):
+        b.read_file("mine")
+
+
+@docker_test
+def test_labels(make, request):
+    sb = make()
+    labels = sb.api.inspect_container(sb.container_id)["Config"]["Labels"]
+    assert labels[LABEL_RUN] == RUN_ID and labels[LABEL_PROMPT] == request.node.name
+
+
+@docker_test
+def test_close_removes_the_container(make):
+    sb = make()
+    cid = sb.container_id
+    assert any(c["Id"] == cid for c in _ours())
+    sb.close()
+    sb.close()  # idempotent
+    assert not any(c["Id"] == cid for c in _ours())
+    with pytest.raises(SandboxError):
+        sb.exec("true")
+
+
+@docker_test
+def test_context_manager(image, settings):
+    with open_sandbox(SandboxSpec(image=image, run_id=RUN_ID), settings) as sb:
+        cid = sb.container_id
+        assert sb.exec("echo in").output == "in\n"
+    assert not any(c["Id"] == cid for c in _ours())
+
+
+@docker_test
+def test_cleanup_removes_leftovers(image, settings):
+    from hermes.sandbox import docker as backend
+
+    run = f"{RUN_ID}-crashed"
+    leftovers = [open_sandbox(SandboxSpec(image=image, run_id=run), settings) for _ in range(2)]
+    try:
+        with backend._live_lock:  # as if the process had died: nobody will close them
+            for sb in leftovers:
+                backend._live.discard(sb)
+        assert len(_ours(run)) == 2
+        assert cleanup(run) == 2
+        assert _ours(run) == []
+        assert cleanup(run) == 0
+    finally:
+        for sb in leftovers:
+            sb.close()
+
+
+@docker_test
+def test_unavailable_image(image, settings):
+    from hermes.sandbox.docker import ensure_image
+
+    name = f"hermes-no-such-image-{uuid.uuid4().hex[:6]}:nope"
+    with pytest.raises(ImageUnavailable, match=f"image not available: {name}"):
+        ensure_image(name, pull_timeout=20)
+    with pytest.raises(ImageUnavailable, match=f"image not available: {name}"):  # cached: no second pull
+        open_sandbox(SandboxSpec(image=name, run_id=RUN_ID), settings)
+    assert ensure_image(image) == image
+
+
+@docker_test
+def test_system_cwd_gets_no_tmpfs(make):
+    sb = make(cwd="/etc")
+    assert sb.exec("pwd; ls passwd").output.split() == ["/etc", "passwd"]
+    assert sb.exec("touch here").exit_code != 0
+
+
+@docker_test
+def test_quick_commands_return_quickly(sb):
+    # every command starts a timer beside it; it must never hold up a command that is done
+    slowest = max(sb.exec("true").duration for _ in range(30))
+    assert slowest < 1.5
+
+
+@docker_test
+def test_unenterable_cwd_is_reported(sb):
+    r = sb.exec("pwd", cwd="/not-there/at-all")  # outside every tmpfs: the root is read-only
+    assert r.exit_code == 126 and "not-there" in r.output
+
+
+@docker_test
+def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
+    from hermes.sandbox import docker as backend
+
+    monkeypatch.setattr(backend, "_WRAPPER", backend._WRAPPER.replace("command -v setsid", "false"))
+    started = time.monotonic()
+    r = sb.exec("sleep 100", timeout=1)
+    assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 5
+    assert sb.exec("echo fine").output == "fine\n"
+
+
+@docker_test
+def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
+    from hermes.sandbox import docker as backend
+
+    monkeypatch.setattr(backend, "_WRAPPER", backend._WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
+    monkeypatch.setattr(backend, "HOST_GRACE", 1.0)
+    started = time.monotonic()
+    r = sb.exec("sleep 77", timeout=1)
+    assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 6
+    assert "sleep 77" not in sb.exec("ps -o args | grep -v grep").output  # killed from the host
+
+
+def test_engine_limits_that_cannot_apply_are_logged(caplog):
+    from hermes.sandbox import docker as backend
+
+    class FakeAPI:
+        base_url = f"fake://{uuid.uuid4().hex}"
+
+    class FakeClient:
+        api = FakeAPI()
+
+        def info(self):
+            return {"MemoryLimit": True, "SwapLimit": False, "CpuCfsQuota": True, "PidsLimit": False,
+                    "SecurityOptions": ["name=seccomp,profile=default"], "Warnings": ["WARNING: No swap limit support"]}
+
+    with caplog.at_level("WARNING"):
+        problems = backend.engine_problems(FakeClient())
+    assert any("pids limit" in p for p in problems) and any("swap" in p for p in problems)
+    assert "SANDBOX HARDENING NOT APPLIED" in caplog.text and "pids limit" in caplog.text
+
+
+# --------------------------------------------------------------------------- local (no engine)
+
+
+@pytest.fixture
+def local():
+    sb = LocalSandbox(SandboxSpec(image="ignored", cwd="/project/src"),
+                      SandboxSettings(backend="local", command_timeout=30, output_limit=2000))
+    yield sb
+    sb.close()
+
+
+def test_local_basics(local):
+    assert isinstance(local, Sandbox)
+    r = local.exec("pwd; echo err >&2; exit 4")
+    assert r.exit_code == 4
+    where, err = r.output.splitlines()
+    assert where == str(local.root / "project/src") and err == "err"
+    assert not os.path.exists("/project/src") or where != "/project/src"
+
+
+def test_local_files(local):
+    local.write_file("a/b.txt", b"\x00\xffdata")
+    assert local.read_file("a/b.txt") == b"\x00\xffdata"
+    assert local.read_file("/project/src/a/b.txt") == b"\x00\xffdata"
+    assert local.exec("cat a/b.txt").output.endswith("data")
+    local.write_file("/etc/passwd", b"not the host's")  # mapped inside the temp folder
+    assert (local.root / "etc/passwd").read_bytes() == b"not the host's"
+    with pytest.raises(FileNotFoundError):
+        local.read_file("missing")
+    local.exec("ln -s / escape")
+    with pytest.raises(PermissionError):
+        local.read_file("escape/etc/hostname")
+
+
+def test_local_time_limit_kills_the_group(local):
+    started = time.monotonic()
+    r = local.exec("sleep 100 & sleep 101; echo never", timeout=1)
+    assert r.timed_out and r.exit_code == -1 and "never" not in r.output
+    assert time.monotonic() - started < 5
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 100" not in ps and "sleep 101" not in ps
+
+
+def test_local_output_cap_and_utf8(local):
+    r = local.exec("yes", timeout=20)
+    assert r.truncated and "\n[output truncated: " in r.output and r.exit_code == -1
+    r = local.exec(r"printf 'a\377b'")
+    assert r.output == "a\ufffdb"
+
+
+def test_local_close_removes_folder(local):
+    root = local.root
+    assert root.is_dir()
+    local.close()
+    local.close()
+    assert not root.exists()
+
+
+def test_open_sandbox_local_is_explicit():
+    sb = open_sandbox(SandboxSpec(image="x"), SandboxSettings(backend="local"))
+    try:
+        assert isinstance(sb, LocalSandbox)
+    finally:
+        sb.close()
+
+
+# --------------------------------------------------------------------------- output cap
+
+
+def test_output_cap_counts_bytes():
+    cap = OutputCap(5)
+    cap.feed("héllo wörld".encode())
+    text, truncated = cap.result()
+    assert truncated and text == "héllo\n[output truncated: 7 more bytes]"
+    cap = OutputCap(100)
+    cap.feed(b"fine\xff")
+    assert cap.result() == ("fine\ufffd", False)
+    cap = OutputCap(3)
+    for _ in range(10_000):
+        cap.feed(b"y\n" * 100)
+    text, truncated = cap.result()
+    assert text == "y\ny\n[output truncated: 1999997 more bytes]" and truncated
+    assert not cap.flooded
+
+
+def test_offline_image_says_how_to_get_busybox(monkeypatch):
+    from hermes.sandbox import image as img
+
+    monkeypatch.setattr(img, "_is_static_elf", lambda path: False)
+    with pytest.raises(SandboxError, match="apt-get install busybox-static"):
+        img.find_static_busybox()
