@@ -33,5 +33,5 @@ log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
 if command -v dpkg >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
   apt_install busybox-static || log "could not install busybox-static; the offline image build needs it"
 fi
-python3 -m hermes.sandbox.image build --if-missing
+python3 -m hermes.sandbox.image ensure
 log "ready"

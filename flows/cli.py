@@ -87,8 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Prefect's console handler (PREFECT_LOGGING_EXTRA_LOGGERS=hermes) prints our logs too.
     logging.getLogger("hermes").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
@@ -160,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hermes.mock_llm import main as mock_main
         return mock_main(rest) or 0
     if command == "sandbox":
-        from hermes.sandbox.cli import main as sandbox_main
+        from hermes.sandbox.image import main as sandbox_main
         return sandbox_main(rest) or 0
     if command == "demo":
         from flows.demo import main as demo_main

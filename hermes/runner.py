@@ -5,6 +5,7 @@ Also one batch: its prompts run concurrently, bounded by a run-wide limiter so t
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
@@ -76,7 +77,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     spec = SandboxSpec(image=image, cwd=row.row.cwd,
                        labels={"hermes-batch.run": ctx.run_id, "hermes-batch.prompt": str(row.index)})
     preview = row.row.prompt[: s.log_prefix_chars].replace("\n", " ")
-    log.info("prompt %d started: %s", row.index, preview)
+    log.debug("prompt %d started: %s", row.index, preview)
     error = None
     run = None
     try:
@@ -120,7 +121,10 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
             "reasoning": reasoning_counts(messages),
         },
     }
-    log.info("prompt %d %s%s", row.index, status, f": {error}" if error else "")
+    if error:
+        log.warning("prompt %d failed: %s", row.index, error)
+    else:
+        log.debug("prompt %d %s", row.index, status)
     return entry
 
 
@@ -145,6 +149,8 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), ctx.settings.num_workers)),
                             thread_name_prefix=f"batch{batch_num}") as pool:
-        for f in [pool.submit(one, r) for r in rows]:
+        # Each prompt thread gets a copy of this thread's context, so logs and progress
+        # reach the orchestrator's run (contextvars do not cross threads by themselves).
+        for f in [pool.submit(contextvars.copy_context().run, one, r) for r in rows]:
             f.result()
     return counts

@@ -25,25 +25,23 @@ class RunProgress:
     def prompt_done(self, entry: dict[str, Any]) -> None:
         with self._lock:
             self.counts[entry["hermes"]["status"]] += 1
+            finished = sum(self.counts.values())
             now = time.monotonic()
-            if now - self._last < self._min_interval and self.finished < self.total:
+            if now - self._last < self._min_interval and finished < self.total:
                 return
             self._last = now
-        self.show()
+            counts = dict(self.counts)
+            self.show(finished, counts)
 
-    @property
-    def finished(self) -> int:
-        return sum(self.counts.values())
-
-    def show(self) -> None:
-        pct = 100.0 * self.finished / self.total if self.total else 100.0
+    def show(self, finished: int, counts: dict[str, int]) -> None:
+        pct = 100.0 * finished / self.total if self.total else 100.0
         update_progress_artifact(self._artifact, progress=pct)
         width = 30
         bar = "#" * int(width * pct / 100)
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        line = f"[{bar:<{width}}] {self.finished}/{self.total} prompts ({pct:.0f}%) {detail}"
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        line = f"[{bar:<{width}}] {finished}/{self.total} prompts ({pct:.0f}%) {detail}"
         if self._tty:
-            sys.stderr.write("\r" + line + ("\n" if self.finished >= self.total else ""))
+            sys.stderr.write("\r" + line + ("\n" if finished >= self.total else ""))
         else:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()

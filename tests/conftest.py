@@ -61,4 +61,4 @@ def mock_llm():
 
 
 def containers_of(client, run_name: str):
-    return client.containers.list(all=True, filters={"label": f"hermes-batch.run={run_name}"})
+    return client.containers.list(all=True, sparse=True, filters={"label": f"hermes-batch.run={run_name}"})

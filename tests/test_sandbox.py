@@ -131,6 +131,15 @@ def test_cwd_honoured_and_writable(make):
 
 
 @docker_test
+def test_first_use_of_a_cwd_below_the_workdir_can_be_a_file_write(make):
+    # No exec has created the cwd yet: the write must still land in it, not in /.
+    sb = make(cwd="/workspace/project")
+    sb.write_file("notes/a.txt", b"first")
+    assert sb.read_file("/workspace/project/notes/a.txt") == b"first"
+    assert sb.exec("pwd; cat notes/a.txt").output == "/workspace/project\nfirst"
+
+
+@docker_test
 def test_default_cwd_is_workdir(sb):
     r = sb.exec("pwd; touch a && echo ok")
     assert r.output.split() == ["/workspace", "ok"]

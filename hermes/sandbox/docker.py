@@ -298,14 +298,14 @@ fi
 printf '\n%s %s %s\n' "$n" "$r" "$f"
 """
 
-_READ = r"""cd -- "$1" 2>/dev/null || cd /
+_READ = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 [ -e "$2" ] || { echo "No such file or directory: $2" >&2; exit 3; }
 [ -d "$2" ] && { echo "Is a directory: $2" >&2; exit 4; }
 [ -r "$2" ] || { echo "Permission denied: $2" >&2; exit 5; }
 exec cat -- "$2"
 """
 
-_WRITE = r"""cd -- "$1" 2>/dev/null || cd /
+_WRITE = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 p=$2
 if [ -d "$p" ]; then cat >/dev/null; echo "Is a directory: $p" >&2; exit 4; fi
 d=$(dirname -- "$p")

@@ -220,11 +220,17 @@ def main(argv: list[str] | None = None) -> int:
                      help="deployments/sandbox/Dockerfile: Debian with python3; needs a registry")
     e = sub.add_parser("ensure", help="build offline only when the tag is missing")
     e.add_argument("--tag", default=DEFAULT_TAG)
+    c = sub.add_parser("cleanup", help="remove containers left behind by hermes-batch runs")
+    c.add_argument("--run", default=None, help="only this run's containers")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     started = time.monotonic()
     try:
-        if args.cmd == "ensure":
+        if args.cmd == "cleanup":
+            from hermes.sandbox import cleanup
+
+            print(f"removed {cleanup(args.run)} container(s)")
+        elif args.cmd == "ensure":
             ensure_default_image(args.tag)
             print(f"{args.tag} ready ({time.monotonic() - started:.2f}s)")
         else:
