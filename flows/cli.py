@@ -18,6 +18,8 @@ _PREFECT_DEFAULTS = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "200",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "hermes",
+    # hermes logs outside flow runs too (tests, chat, the API server): not an error.
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
 }
 
 

@@ -1,0 +1,73 @@
+"""A real `prefect server start` on a free loopback port, for tests of deployments, workers and jobs.
+
+    with running_prefect_server(tmp_path) as server:
+        env = server.env          # PREFECT_API_URL and PREFECT_HOME for subprocesses (CLI, workers)
+        server.api_url            # http://127.0.0.1:PORT/api
+
+Its SQLite database lives under the given folder; the server is stopped (process group) on exit.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+
+@dataclass
+class PrefectServer:
+    api_url: str
+    env: dict[str, str]
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_prefect_server(home: Path, startup_timeout: float = 180) -> Iterator[PrefectServer]:
+    home.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+           "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore"}
+    log = home / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port), "--analytics-off", "--no-ui"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"prefect server did not answer in {startup_timeout}s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield PrefectServer(api_url=api_url, env=env, log=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
