@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 # Prefect reads these when first imported: set them before any flow is.
@@ -123,6 +124,62 @@ def _validation_text(e: ValidationError) -> str:
     return "; ".join(f"--{'_'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
 
 
+def status_main(argv: Sequence[str]) -> int:
+    from hermes.status import format_status, run_status
+
+    p = argparse.ArgumentParser(prog="hermes-batch status")
+    p.add_argument("run_name")
+    p.add_argument("--output_dir", default="data")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    a = p.parse_args(argv)
+    try:
+        s = run_status(Path(a.output_dir) / a.run_name)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(s, indent=2) if a.json else format_status(s))
+    return 0
+
+
+def chat_main(argv: Sequence[str]) -> int:
+    from hermes import chat
+    from hermes.settings import AgentSettings
+
+    p = argparse.ArgumentParser(prog="hermes-batch chat", description="Run the agent once on one prompt.")
+    p.add_argument("prompt")
+    _add_model_flags(p, AgentSettings, skip=("sandbox",))
+    _add_model_flags(p, SandboxSettings, prefix="sandbox_")
+    p.add_argument("--api_key", default=None)
+    p.add_argument("--toolsets", default="terminal,file", help="comma list of toolsets to offer")
+    p.add_argument("--image", default=None, help="sandbox image (default: the sandbox setting)")
+    p.add_argument("--cwd", default=None, help="working directory inside the sandbox")
+    p.add_argument("--config", default=None, help="config file (default: $HERMES_HOME/config.yaml or ~/.hermes/config.yaml)")
+    p.add_argument("--save-trajectories", "--save_trajectories", dest="save_trajectories", action="store_true",
+                   default=None, help="append the conversation to trajectory_samples.jsonl / failed_trajectories.jsonl")
+    a = p.parse_args(argv)
+    try:
+        config = chat.load_config(Path(a.config) if a.config else None)
+        values = {k: v for k, v in vars(a).items() if v is not None and k in AgentSettings.model_fields}
+        sandbox = {k.removeprefix("sandbox_"): v for k, v in vars(a).items() if k.startswith("sandbox_") and v is not None}
+        settings = AgentSettings(**values, sandbox=SandboxSettings(**sandbox))
+    except (ValidationError, ValueError, FileNotFoundError) as e:
+        print(f"error: {_validation_text(e) if isinstance(e, ValidationError) else e}", file=sys.stderr)
+        return 2
+    if a.api_key:
+        os.environ["HERMES_API_KEY"] = a.api_key
+    save = a.save_trajectories if a.save_trajectories is not None else chat.save_trajectories_enabled(config)
+    toolsets = [t.strip() for t in a.toolsets.split(",") if t.strip()]
+    run, tools = chat.chat(a.prompt, settings, toolsets, image=a.image, cwd=a.cwd)
+    final = next((m.get("content") for m in reversed(run.messages) if m["role"] == "assistant"), None)
+    if run.error:
+        print(f"error: {run.error}", file=sys.stderr)
+    elif final:
+        print(final)
+    if save:
+        print(f"trajectory saved to {chat.save_trajectory(run, tools, settings.model)}", file=sys.stderr)
+    return 0 if run.completed and not run.error else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
@@ -132,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mock-llm": "serve the bundled scripted OpenAI-compatible model on loopback",
         "sandbox": "build the default sandbox image, or remove leftover containers",
         "demo": "the whole job end to end on embedded defaults (bundled model server, Docker sandboxes)",
+        "status": "what a run has done, failed and still owes",
+        "chat": "one agent run on one prompt, outside batches",
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: hermes-batch COMMAND [options]\n\ncommands:")
@@ -163,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "sandbox":
         from hermes.sandbox.image import main as sandbox_main
         return sandbox_main(rest) or 0
+    if command == "status":
+        return status_main(rest)
+    if command == "chat":
+        return chat_main(rest)
     if command == "demo":
         from flows.demo import main as demo_main
         return demo_main(rest)

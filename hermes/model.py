@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 
-from hermes.settings import API_KEY_ENV_VARS, RunSettings
+from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
 
 class ModelError(Exception):
@@ -28,7 +28,7 @@ def resolve_api_key(explicit: str | None = None) -> str:
     return "no-key"
 
 
-def extra_body(s: RunSettings) -> dict[str, Any]:
+def extra_body(s: AgentSettings) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if s.reasoning_disabled:
         body["reasoning"] = {"effort": "none"}
@@ -52,13 +52,14 @@ class Reply:
 
 
 class ModelClient:
-    def __init__(self, settings: RunSettings, api_key: str | None = None, *, max_retries: int = 6,
+    def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
                  timeout: float = 600.0):
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
         self.client = openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
-                                    max_retries=max_retries, timeout=timeout)
+                                    max_retries=settings.max_retries if max_retries is None else max_retries,
+                                    timeout=timeout)
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}

@@ -69,6 +69,13 @@ class RunSession:
     def plan(self) -> list[Batch]:
         """The rows still owed, re-batched; numbering continues after the batches on disk."""
         done = self.index.done_keys()
+        if self.settings.max_attempts:
+            attempts = self.index.failed_attempts()
+            given_up = {k for k, n in attempts.items() if n >= self.settings.max_attempts}
+            if given_up:
+                log.warning("%d prompt(s) failed %d times and are not retried (--max_attempts)",
+                            len(given_up), self.settings.max_attempts)
+            done |= given_up
         owed = [r for r in self.rows if r.key not in done]
         first = self.index.next_batch_num()
         size = self.settings.batch_size

@@ -16,19 +16,14 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
 
 
-class RunSettings(BaseModel):
-    dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
-    batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
-    run_name: str = Field(description="output folder data/<run_name>/ and the resume key")
-    distribution: str = Field("default", description="toolset distribution to sample from")
+class AgentSettings(BaseModel):
+    """How one agent run talks to its model and where its tools run: shared by batch runs and chat."""
+
     model: str = Field("anthropic/claude-sonnet-4.6", description="model name sent to the endpoint")
     base_url: str = Field("https://openrouter.ai/api/v1", description="any OpenAI-compatible endpoint")
     max_turns: int = Field(10, gt=0, description="most model calls per prompt")
-    num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run")
-    resume: bool = Field(False, description="continue an existing run")
-    verbose: bool = Field(False, description="detailed logs")
-    max_samples: int | None = Field(None, gt=0, description="only the first N rows")
     max_tokens: int | None = Field(None, gt=0, description="max tokens per response (model default if unset)")
+    max_retries: int = Field(6, ge=0, description="retries of a failed model call (429, 5xx, time-outs), with backoff honouring Retry-After")
     providers_allowed: list[str] | None = Field(None, description="OpenRouter providers to allow")
     providers_ignored: list[str] | None = Field(None, description="OpenRouter providers to ignore")
     providers_order: list[str] | None = Field(None, description="OpenRouter providers to try in order")
@@ -36,20 +31,8 @@ class RunSettings(BaseModel):
     reasoning_effort: ReasoningEffort | None = Field(None, description="reasoning effort asked of the model")
     reasoning_disabled: bool = Field(False, description="turn reasoning off (wins over reasoning_effort)")
     ephemeral_system_prompt: str | None = Field(None, description="used while running, never saved into trajectories")
-    log_prefix_chars: int = Field(100, ge=0, description="characters of a prompt shown in log previews")
     prefill_messages_file: str | None = Field(None, description="JSON array of few-shot messages put before the prompt, not saved")
-    seed: int = Field(0, description="seed of the toolset sampler: the same seed draws the same toolsets per prompt")
-    keep_unreasoned: bool = Field(False, description="keep samples none of whose turns carry reasoning (discarded by default)")
-    skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")
-    output_dir: str = Field("data", description="parent folder of run folders")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="how per-prompt sandboxes are made")
-
-    @field_validator("run_name")
-    @classmethod
-    def _safe_run_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
-            raise ValueError("run_name must be letters, digits, '.', '_' or '-' (it names a folder)")
-        return v
 
     @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
     @classmethod
@@ -57,3 +40,27 @@ class RunSettings(BaseModel):
         if isinstance(v, str):
             v = [p.strip() for p in v.split(",") if p.strip()]
         return v or None
+
+
+class RunSettings(AgentSettings):
+    dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
+    batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
+    run_name: str = Field(description="output folder data/<run_name>/ and the resume key")
+    distribution: str = Field("default", description="toolset distribution to sample from")
+    num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run")
+    resume: bool = Field(False, description="continue an existing run")
+    verbose: bool = Field(False, description="detailed logs")
+    max_samples: int | None = Field(None, gt=0, description="only the first N rows")
+    log_prefix_chars: int = Field(100, ge=0, description="characters of a prompt shown in log previews")
+    seed: int = Field(0, description="seed of the toolset sampler: the same seed draws the same toolsets per prompt")
+    keep_unreasoned: bool = Field(False, description="keep samples none of whose turns carry reasoning (discarded by default)")
+    max_attempts: int | None = Field(None, gt=0, description="give up on a prompt after this many failed attempts (retried on every resume if unset)")
+    skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")
+    output_dir: str = Field("data", description="parent folder of run folders")
+
+    @field_validator("run_name")
+    @classmethod
+    def _safe_run_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
+            raise ValueError("run_name must be letters, digits, '.', '_' or '-' (it names a folder)")
+        return v

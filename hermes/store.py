@@ -70,6 +70,12 @@ class RunIndex:
         """Keys with a successful outcome; failed prompts are owed again."""
         return {k for (k,) in self.con.execute("SELECT DISTINCT key FROM outcomes WHERE status <> 'failed'").fetchall()}
 
+    def failed_attempts(self) -> dict[str, int]:
+        """Failed attempts of each prompt that has not succeeded yet."""
+        return dict(self.con.execute(
+            """SELECT key, count(*) FROM outcomes GROUP BY key
+               HAVING count(*) FILTER (WHERE status <> 'failed') = 0""").fetchall())
+
     def next_batch_num(self) -> int:
         nums = [n for n, _ in journal.batch_files(self.run_dir)]
         return max(nums) + 1 if nums else 0

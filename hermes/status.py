@@ -1,0 +1,101 @@
+"""What a run has done and still owes, read straight from its batch files.
+
+It reads the journal with an in-memory DuckDB rather than the run's index file, so it works
+while the run is active (DuckDB lets one process hold a database file).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from hermes import journal, rundir
+from hermes.dataset import DatasetError, load_rows
+from hermes.store import COLUMNS
+
+
+def is_active(run_path: Path) -> bool:
+    lock = run_path / ".lock"
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def run_status(run_path: Path) -> dict[str, Any]:
+    if not run_path.is_dir():
+        raise FileNotFoundError(f"no run folder {run_path}")
+    manifest = rundir.read_manifest(run_path)
+    files = [str(p) for _, p in journal.batch_files(run_path)]
+    per_key: list[tuple] = []
+    if files:
+        con = duckdb.connect()
+        con.execute(
+            """CREATE TABLE o AS SELECT prompt_index, hermes.key AS key, hermes.status AS status, hermes.error AS error,
+                      filename FROM read_json(?, format='newline_delimited', columns=?, ignore_errors=true, filename=true)
+               WHERE hermes.key IS NOT NULL""", [files, COLUMNS])
+        per_key = con.execute(
+            """SELECT key,
+                      coalesce(min(status) FILTER (WHERE status <> 'failed'), 'failed') AS final,
+                      count(*) FILTER (WHERE status = 'failed') AS failures,
+                      arg_max(error, filename) FILTER (WHERE status = 'failed') AS last_error
+               FROM o GROUP BY key""").fetchall()
+        con.close()
+    done = {k: final for k, final, _, _ in per_key if final != "failed"}
+    failed = {k: (n, err) for k, final, n, err in per_key if final == "failed"}
+    reasons: dict[str, int] = {}
+    for _, err in failed.values():
+        reason = (err or "unknown error").splitlines()[0][:120]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    status: dict[str, Any] = {
+        "run_name": manifest.get("run_name", run_path.name),
+        "folder": str(run_path),
+        "active": is_active(run_path),
+        "dataset_file": manifest.get("dataset_file"),
+        "batches": len(files),
+        "done": len(done),
+        "completed": sum(v == "completed" for v in done.values()),
+        "partial": sum(v == "partial" for v in done.values()),
+        "discarded_no_reasoning": sum(v == "discarded" for v in done.values()),
+        "failed": len(failed),
+        "failed_attempts": sum(n for n, _ in failed.values()),
+        "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+        "owed": None,
+    }
+    settings = manifest.get("settings") or {}
+    dataset = manifest.get("dataset_file")
+    if dataset:
+        try:
+            rows, _ = load_rows(dataset, max_samples=settings.get("max_samples"), skip_bad=True)
+            status["total_prompts"] = len(rows)
+            status["owed"] = sum(r.key not in done for r in rows)
+        except DatasetError as e:
+            status["dataset_problem"] = str(e).splitlines()[0]
+    return status
+
+
+def format_status(s: dict[str, Any]) -> str:
+    lines = [f"run {s['run_name']} ({s['folder']}){' — running now' if s['active'] else ''}"]
+    if "total_prompts" in s:
+        lines.append(f"  prompts in dataset   {s['total_prompts']}  ({s['dataset_file']})")
+    lines += [
+        f"  done                 {s['done']}  (completed {s['completed']}, partial {s['partial']}, "
+        f"discarded for no reasoning {s['discarded_no_reasoning']})",
+        f"  failed               {s['failed']}  ({s['failed_attempts']} failed attempts; retried on --resume)",
+        f"  owed                 {s['owed'] if s['owed'] is not None else 'unknown (dataset not readable)'}",
+    ]
+    for reason, n in s["failure_reasons"].items():
+        lines.append(f"    {n:>5} × {reason}")
+    if s.get("dataset_problem"):
+        lines.append(f"  dataset problem: {s['dataset_problem']}")
+    return "\n".join(lines)
