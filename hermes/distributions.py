@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +57,16 @@ def usable(name: str, available: set[str]) -> dict[str, int]:
 
 def sample(dist: dict[str, int], seed: int, key: str) -> list[str]:
     """Independent Bernoulli draw per toolset; the most probable toolset when none is drawn."""
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    rng = random.Random(int.from_bytes(digest[:8], "big"))
-    chosen = [t for t, p in dist.items() if rng.random() * 100 < p]
+    chosen = [t for t, p in dist.items() if _uniform(seed, key, t) * 100 < p]
     if not chosen:
         chosen = [max(dist, key=lambda t: dist[t])]
     return chosen
+
+
+def _uniform(seed: int, key: str, toolset: str) -> float:
+    """A uniform draw in [0, 1) fixed by (seed, prompt, toolset): each toolset's draw is its own."""
+    digest = hashlib.sha256(f"{seed}:{key}:{toolset}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def describe() -> str:
