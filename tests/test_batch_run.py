@@ -174,3 +174,15 @@ def test_batch_runner_cli_drop_in(tmp_path, mock_llm, sandbox_image, docker_engi
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2
     assert "--resume" in again.stderr and "already has results" in again.stderr
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_num_workers_bounds_prompts_in_flight_across_batches(tmp_path, run_settings, mock_llm):
+    from flows.batch import batch_run
+
+    rows = [{"prompt": f"slow {i} " + script({"sleep": 0.5, "reasoning": "r", "content": "ok"})} for i in range(9)]
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "bounded", batch_size=2, num_workers=3)
+    stats = batch_run(settings=settings)
+    assert stats["trajectories_written"] == 9
+    # three prompts at a time, spread over batches of two: the bound is run-wide, and it is reached
+    assert mock_llm.stats()["max_in_flight"] == 3
