@@ -191,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": "the whole job end to end on embedded defaults (bundled model server, Docker sandboxes)",
         "status": "what a run has done, failed and still owes",
         "chat": "one agent run on one prompt, outside batches",
+        "serve": "the OpenAI-compatible API server over the agent (127.0.0.1:8642)",
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: hermes-batch COMMAND [options]\n\ncommands:")
@@ -229,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "demo":
         from flows.demo import main as demo_main
         return demo_main(rest)
+    if command == "serve":
+        from flows.serve import main as serve_main
+        return serve_main(rest)
     return 2
 
 

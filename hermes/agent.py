@@ -2,16 +2,23 @@
 
 The conversation it returns starts at the user message: the system prompt and few-shot
 prefill steer the model but are never saved (the trajectory's system turn is generated).
+
+For servers (hermes/api) the loop also takes a whole conversation instead of one prompt,
+reports what it does through optional callbacks (AgentEvents; with `on_delta` the model is
+streamed), and stops at the next safe point once a `cancel` event is set: before a model call
+or a tool call, never in the middle of one.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hermes.model import ModelClient, ModelError
 from hermes.sandbox.base import Sandbox
 from hermes.tools import run_tool
+from hermes.tools._common import error as tool_error
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +37,28 @@ class AgentRun:
     api_calls: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
     error: str | None = None
+    cancelled: bool = False          # stopped because `cancel` was set
+
+
+@dataclass
+class AgentEvents:
+    """What a caller may watch while the loop runs; each callback is optional and is called
+    on the loop's own thread, so it must be quick (hand the event over, do not work)."""
+
+    on_delta: Callable[[str, str], None] | None = None      # ("content"|"reasoning", text): streams the model
+    on_message: Callable[[dict[str, Any]], None] | None = None  # each assistant message, once complete
+    on_tool_start: Callable[[dict[str, Any]], None] | None = None  # a tool call, about to run
+    on_tool_end: Callable[[dict[str, Any], str], None] | None = None  # that call and its result
+
+
+#: the result a tool call gets when the run is stopped before it ran: the conversation stays
+#: well-formed (every tool call answered), so it can be stored and continued
+CANCELLED_RESULT = tool_error("not run: the run was stopped before this tool call")
 
 
 def run_agent(
     client: ModelClient,
-    prompt: str,
+    prompt: str | list[dict[str, Any]],
     tools: list[dict[str, Any]],
     sandbox: Sandbox,
     *,
@@ -42,13 +66,26 @@ def run_agent(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     prefill: list[dict[str, Any]] | None = None,
     on_tool: Callable[[str, str], None] | None = None,
+    events: AgentEvents | None = None,
+    cancel: threading.Event | None = None,
 ) -> AgentRun:
+    """Run the loop on `prompt`, a user message or a whole conversation (chat messages without
+    the system prompt). The returned messages are that conversation plus what the run added."""
     head: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     head += list(prefill or [])
-    run = AgentRun(messages=[{"role": "user", "content": prompt}])
+    start = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    run = AgentRun(messages=start)
+    ev = events or AgentEvents()
+    stopped = cancel.is_set if cancel is not None else (lambda: False)
     for _ in range(max_turns):
+        if stopped():
+            run.cancelled = True
+            return run
         try:
-            reply = client.complete(head + run.messages, tools)
+            if ev.on_delta:
+                reply = client.complete_stream(head + run.messages, tools, ev.on_delta)
+            else:
+                reply = client.complete(head + run.messages, tools)
         except ModelError as e:
             run.error = str(e)
             return run
@@ -57,16 +94,28 @@ def run_agent(
             run.usage[k] = run.usage.get(k, 0) + (v or 0)
         message = reply.message
         run.messages.append(message)
+        if ev.on_message:
+            ev.on_message(message)
         calls = message.get("tool_calls") or []
         if not calls:
             run.completed = True
             return run
         for call in calls:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
-            if on_tool:
-                on_tool(name, arguments)
-            result = run_tool(name, arguments, sandbox)
+            if stopped():
+                run.cancelled = True
+                result = CANCELLED_RESULT
+            else:
+                if on_tool:
+                    on_tool(name, arguments)
+                if ev.on_tool_start:
+                    ev.on_tool_start(call)
+                result = run_tool(name, arguments, sandbox)
+                if ev.on_tool_end:
+                    ev.on_tool_end(call, result)
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": result})
+        if run.cancelled:
+            return run
     run.partial = True
     return run
 

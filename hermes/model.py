@@ -2,14 +2,17 @@
 
 Retries (429, 5xx, time-outs, dropped connections, with backoff and Retry-After honoured) are
 the SDK's own; reasoning and OpenRouter provider routing go in the request's extra body.
+`complete_stream` asks for `stream: true` and hands each delta to a callback as it arrives
+(the API server relays them to its clients); both methods return the same Reply.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import openai
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
@@ -51,6 +54,10 @@ class Reply:
     finish_reason: str | None = None
 
 
+#: receives ("content" | "reasoning", text) for each streamed delta
+DeltaCallback = Callable[[str, str], None]
+
+
 class ModelClient:
     def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
                  timeout: float = 600.0):
@@ -61,7 +68,7 @@ class ModelClient:
                                     max_retries=settings.max_retries if max_retries is None else max_retries,
                                     timeout=timeout)
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+    def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
         if tools:
             kwargs["tools"] = tools
@@ -69,31 +76,73 @@ class ModelClient:
             kwargs["max_tokens"] = self.max_tokens
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
+        return kwargs
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         try:
-            resp = self.client.chat.completions.create(**kwargs)
+            resp = self.client.chat.completions.create(**self._request(messages, tools))
         except openai.APIStatusError as e:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
         except openai.APIError as e:
             raise ModelError(f"model endpoint failed: {e}") from e
-        if not resp.choices:
-            raise ModelError("model endpoint answered with no choices")
-        choice = resp.choices[0]
-        raw = choice.message.model_dump(exclude_none=True)
-        message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
-        reasoning = raw.get("reasoning") or raw.get("reasoning_content")
-        if reasoning:
-            message["reasoning"] = reasoning
-        if raw.get("tool_calls"):
-            message["tool_calls"] = [
-                {"id": tc["id"], "type": "function",
-                 "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or ""}}
-                for tc in raw["tool_calls"]
-            ]
-        usage = resp.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if resp.usage else {}
-        return Reply(message=message, usage=usage, finish_reason=choice.finish_reason)
+        return _reply_of(resp)
+
+    def complete_stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                        on_delta: DeltaCallback) -> Reply:
+        """complete() with `stream: true`: on_delta sees content and reasoning as they arrive.
+
+        The SDK's own stream state assembles the chunks (tool-call arguments included) into
+        the completion a non-streamed call would have returned.
+        """
+        state = ChatCompletionStreamState()
+        try:
+            stream = self.client.chat.completions.create(**self._request(messages, tools), stream=True,
+                                                         stream_options={"include_usage": True})
+            with stream:
+                for chunk in stream:
+                    state.handle_chunk(chunk)
+                    for choice in chunk.choices:
+                        _relay_delta(choice.delta, on_delta)
+            resp = state.get_final_completion()
+        except openai.APIStatusError as e:
+            raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
+        except openai.APIError as e:
+            raise ModelError(f"model endpoint failed: {e}") from e
+        except (AssertionError, RuntimeError) as e:  # the stream state refuses a stream that never began
+            raise ModelError(f"model endpoint sent an unusable stream: {e}") from e
+        return _reply_of(resp)
 
     def close(self) -> None:
         self.client.close()
+
+
+def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:
+    extra = delta.model_extra or {}
+    # Endpoints name reasoning either way, OpenRouter sends both: relay it once.
+    reasoning = extra.get("reasoning") or extra.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        on_delta("reasoning", reasoning)
+    if delta.content:
+        on_delta("content", delta.content)
+
+
+def _reply_of(resp: Any) -> Reply:
+    if not resp.choices:
+        raise ModelError("model endpoint answered with no choices")
+    choice = resp.choices[0]
+    raw = choice.message.model_dump(exclude_none=True)
+    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+    reasoning = raw.get("reasoning") or raw.get("reasoning_content")
+    if reasoning:
+        message["reasoning"] = reasoning
+    if raw.get("tool_calls"):
+        message["tool_calls"] = [
+            {"id": tc["id"], "type": "function",
+             "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or ""}}
+            for tc in raw["tool_calls"]
+        ]
+    usage = resp.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if resp.usage else {}
+    return Reply(message=message, usage=usage, finish_reason=choice.finish_reason)
 
 
 def _for_api(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,136 @@
+"""POST /v1/chat/completions: stateless; the whole conversation comes with each request.
+
+The client's system message is layered on the agent's own system prompt. The answer is the
+agent's text (every assistant text of this request, in order); its tool calls and results
+stay on the server. With `stream: true` the text is streamed as `chat.completion.chunk`
+events, and `event: hermes.tool.progress` events report each tool as it starts and ends; their
+data carries `"choices": []`, so OpenAI SDK clients iterating chunks simply skip them.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, AsyncIterator, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from hermes.api import sse
+from hermes.api.content import chat_messages
+from hermes.api.errors import ApiError, error_body
+from hermes.api.service import AgentRequest, AgentService, Event, final_text, usage_of
+from hermes.stats import is_tool_failure
+
+router = APIRouter()
+
+#: characters of a tool's arguments shown in a progress label
+LABEL_CHARS = 120
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    # Sampling parameters, client tools and the like are accepted and left to the agent:
+    # the server decides how its own model is called (the `model` field is display only).
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatRequest, request: Request):
+    conversation, system = chat_messages([m.model_dump(exclude_none=True) for m in body.messages])
+    service: AgentService = request.app.state.service
+    agent_request = AgentRequest(conversation, system)
+    completion = Completion(request.app.state.settings.model_name)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        queue: asyncio.Queue = asyncio.Queue()
+        work = service.start(agent_request, queue.put_nowait, stream_model=True)  # 429 before any byte is sent
+        work.future.add_done_callback(lambda _: queue.put_nowait(None))
+        return sse.stream(completion.stream(work, queue, len(conversation), include_usage))
+    run = await service.wait(service.start(agent_request))
+    new = run.messages[len(conversation):]
+    if run.error and not final_text(new):
+        raise ApiError(502, f"the upstream model failed: {run.error}", "upstream_error")
+    return completion.object(final_text(new), "length" if run.partial else "stop", usage_of(run))
+
+
+class Completion:
+    def __init__(self, model: str):
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model = model
+
+    def _head(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def object(self, text: str, finish_reason: str, usage: dict[str, int]) -> dict[str, Any]:
+        return {**self._head("chat.completion"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "logprobs": None, "finish_reason": finish_reason}],
+                "usage": usage}
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return sse.event({**self._head("chat.completion.chunk"),
+                          "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+
+    def progress(self, ev: Event) -> bytes:
+        call = ev["call"]
+        name, arguments = call["function"]["name"], call["function"]["arguments"] or ""
+        data = {**self._head("hermes.tool.progress"), "choices": [], "tool": name, "call_id": call["id"],
+                "status": "started" if ev["type"] == "tool.started" else "completed",
+                "label": f"{name}: {arguments[:LABEL_CHARS]}"}
+        if ev["type"] == "tool.completed":
+            data["ok"] = not is_tool_failure(ev["result"])
+        return sse.event(data, "hermes.tool.progress")
+
+    async def stream(self, work, queue: asyncio.Queue, history: int, include_usage: bool) -> AsyncIterator[bytes]:
+        wrote_text = turn_has_text = False
+        try:
+            yield self.chunk({"role": "assistant", "content": ""})
+            while (ev := await sse.next_or_ping(queue)) is not None:
+                if isinstance(ev, bytes):
+                    yield ev
+                elif ev["type"] == "content.delta":
+                    # texts of successive model turns are joined by a blank line, as in the
+                    # non-streamed answer
+                    delta = ("\n\n" if wrote_text and not turn_has_text else "") + ev["delta"]
+                    wrote_text = turn_has_text = True
+                    yield self.chunk({"content": delta})
+                elif ev["type"] == "message":
+                    turn_has_text = False
+                elif ev["type"] in ("tool.started", "tool.completed"):
+                    yield self.progress(ev)
+            try:
+                run = work.future.result()
+            except Exception as e:  # a bug of ours, reported in-band: the status line is long gone
+                yield sse.event(error_body(500, f"internal error: {type(e).__name__}", "internal_error"))
+                yield sse.DONE
+                return
+            if run.error and not final_text(run.messages[history:]):
+                yield sse.event(error_body(502, f"the upstream model failed: {run.error}", "upstream_error"))
+            else:
+                yield self.chunk({}, "length" if run.partial else "stop")
+                if include_usage:
+                    yield sse.event({**self._head("chat.completion.chunk"), "choices": [], "usage": usage_of(run)})
+            yield sse.DONE
+        finally:
+            if not work.future.done():
+                work.stop()  # the client left: stop the agent at its next safe point

@@ -1,0 +1,172 @@
+"""Client input -> the agent's chat messages, refusing what the agent cannot take.
+
+Images (http(s) URLs and data:image/... URLs) pass through to the model as they are; uploaded
+files (`file`, `input_file`, `file_id`) and non-image data: URLs are refused with
+400 `unsupported_content_type`, naming the offending part.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hermes.api.errors import ApiError
+
+UNSUPPORTED = "unsupported_content_type"
+FILE_TYPES = ("file", "input_file")
+CHAT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+def unsupported(message: str, param: str) -> ApiError:
+    return ApiError(400, message, UNSUPPORTED, param)
+
+
+def bad(message: str, param: str | None) -> ApiError:
+    return ApiError(400, message, "invalid_request", param)
+
+
+def check_image_url(url: Any, param: str) -> str:
+    if not isinstance(url, str) or not url:
+        raise bad("an image part needs a URL string", param)
+    lower = url[:64].lower()
+    if lower.startswith("data:"):
+        if not lower.startswith("data:image/"):
+            media = lower[5:].split(";", 1)[0].split(",", 1)[0] or "unknown"
+            raise unsupported(f"data: URLs must hold an image, not {media}; file inputs are not supported", param)
+        return url
+    if lower.startswith(("http://", "https://")):
+        return url
+    raise bad("image URLs must be http(s):// or data:image/... URLs", param)
+
+
+def _part_type(part: Any, param: str) -> str:
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise bad("each content part must be an object with a string 'type'", param)
+    if "file_id" in part or part["type"] in FILE_TYPES:
+        raise unsupported(f"file inputs ({part['type']}) are not supported: send text or images", f"{param}.type")
+    return part["type"]
+
+
+def chat_parts(parts: list[Any], param: str) -> list[dict[str, Any]]:
+    """Chat Completions content parts: text and image_url."""
+    out = []
+    for j, part in enumerate(parts):
+        p = f"{param}[{j}]"
+        kind = _part_type(part, p)
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise bad("a text part needs a string 'text'", f"{p}.text")
+            out.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(image, dict) and "file_id" in image:
+                raise unsupported("file inputs (file_id) are not supported: send text or images", f"{p}.image_url")
+            check_image_url(url, f"{p}.image_url")
+            out.append(part)
+        else:
+            raise unsupported(f"content parts of type '{kind}' are not supported: send text or images", f"{p}.type")
+    return out
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """(conversation for the agent, the client's system text) from Chat Completions messages."""
+    conversation, system = [], []
+    for i, m in enumerate(messages):
+        role, content = m["role"], m.get("content")
+        param = f"messages[{i}].content"
+        if isinstance(content, list):
+            content = chat_parts(content, param)
+        if role in ("system", "developer"):
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+            system.append(text)
+            continue
+        # only the fields every OpenAI-compatible model takes: strict endpoints refuse others
+        message = {k: m[k] for k in CHAT_FIELDS if m.get(k) is not None}
+        message["content"] = content
+        if role == "user" and content is None:
+            raise bad("a user message needs content", param)
+        conversation.append(message)
+    if not conversation:
+        raise bad("messages must include at least one user message", "messages")
+    return conversation, "\n\n".join(s for s in system if s) or None
+
+
+# --------------------------------------------------------------------------- Responses input
+
+
+def responses_parts(content: Any, role: str, param: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad("content must be a string or an array of parts", param)
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        p = f"{param}[{j}]"
+        kind = _part_type(part, p)
+        if kind in ("input_text", "output_text", "text", "refusal"):
+            text = part.get("text", part.get("refusal"))
+            if not isinstance(text, str):
+                raise bad("a text part needs a string 'text'", f"{p}.text")
+            out.append({"type": "text", "text": text})
+        elif kind == "input_image":
+            url = check_image_url(part.get("image_url"), f"{p}.image_url")
+            image = {"url": url, **({"detail": part["detail"]} if isinstance(part.get("detail"), str) else {})}
+            out.append({"type": "image_url", "image_url": image})
+        else:
+            raise unsupported(f"content parts of type '{kind}' are not supported: send text or images", f"{p}.type")
+    if role == "assistant":  # assistant history is plain text for the model
+        return "".join(p["text"] for p in out if p["type"] == "text")
+    return out
+
+
+def responses_input(value: str | list[Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """(chat messages, system text found in the input) from a Responses `input`."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}], None
+    messages: list[dict[str, Any]] = []
+    system: list[str] = []
+    for i, item in enumerate(value):
+        param = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise bad("input items must be objects", param)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise bad("a message item's role must be user, assistant, system or developer", f"{param}.role")
+            content = responses_parts(item.get("content"), role, f"{param}.content")
+            if role in ("system", "developer"):
+                system.append(content if isinstance(content, str) else "".join(p.get("text", "") for p in content))
+            else:
+                messages.append({"role": role, "content": content})
+        elif kind == "function_call":
+            call = _function_call(item, param)
+            last = messages[-1] if messages else None
+            if last and last["role"] == "assistant" and last.get("tool_calls") and not last.get("content"):
+                last["tool_calls"].append(call)  # consecutive calls were one assistant turn
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(item.get("call_id"), str) or output is None:
+                raise bad("a function_call_output item needs 'call_id' and 'output'", param)
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": output if isinstance(output, str) else json.dumps(output)})
+        elif kind in FILE_TYPES or "file_id" in item:
+            raise unsupported("file inputs are not supported: send text or images", f"{param}.type")
+        elif kind == "reasoning":
+            continue  # reasoning summaries of earlier turns are not sent back to the model
+        else:
+            raise bad(f"input items of type '{kind}' are not supported", f"{param}.type")
+    if not messages:
+        raise bad("input must include at least one message", "input")
+    return messages, "\n\n".join(s for s in system if s) or None
+
+
+def _function_call(item: dict[str, Any], param: str) -> dict[str, Any]:
+    name, call_id, arguments = item.get("name"), item.get("call_id"), item.get("arguments", "")
+    if not isinstance(name, str) or not isinstance(call_id, str):
+        raise bad("a function_call item needs string 'name' and 'call_id'", param)
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -1,0 +1,200 @@
+"""The agent behind the API: each request is one agent run, on a worker thread, whose tool
+calls run in a sandbox of its own (a Docker container made on the first tool call and removed
+when the run ends).
+
+At most `max_concurrent_runs` runs are in flight; one more is refused at once with 429 and
+Retry-After rather than queued, so a client learns immediately that the server is busy. A run
+counts until its thread has really returned (sandbox removed), whatever became of the client.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hermes.agent import AgentEvents, AgentRun, compose_system_prompt, run_agent
+from hermes.api.errors import ApiError
+from hermes.api.settings import ApiSettings
+from hermes.model import ModelClient
+from hermes.sandbox import open_sandbox
+from hermes.sandbox.base import LABEL_OWNER, LABEL_PROMPT, LABEL_RUN, Sandbox, SandboxSpec
+from hermes.sandbox.lazy import LazySandbox
+from hermes.settings import AgentSettings
+from hermes.tools import openai_schemas, tools_for
+
+log = logging.getLogger(__name__)
+
+#: label marking the containers of API requests (the run label names the serving process)
+API_LABEL = "hermes-batch.api"
+
+#: an agent event, as the loop reports it:
+#:   {"type": "content.delta" | "reasoning.delta", "delta": str}
+#:   {"type": "message", "message": assistant message}
+#:   {"type": "tool.started", "call": tool call}
+#:   {"type": "tool.completed", "call": tool call, "result": str}
+Event = dict[str, Any]
+
+
+@dataclass
+class AgentRequest:
+    messages: list[dict[str, Any]]      # the conversation in chat format, without system messages
+    instructions: str | None = None     # the client's system prompt, layered on the agent's own
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass(eq=False)
+class Work:
+    """One agent run in flight. `future` resolves to the AgentRun once the thread returned."""
+
+    request: AgentRequest
+    cancel: threading.Event
+    future: asyncio.Future
+
+    def stop(self) -> None:
+        self.cancel.set()
+
+
+class AgentService:
+    def __init__(self, settings: ApiSettings):
+        self.settings = settings
+        self.sandbox = settings.sandbox_settings()
+        self.client = ModelClient(AgentSettings(model=settings.upstream_model, base_url=settings.upstream_base_url,
+                                                max_turns=settings.max_turns, max_retries=settings.upstream_max_retries,
+                                                sandbox=self.sandbox))
+        self.tools = openai_schemas(tools_for(settings.toolsets))
+        self.label = f"api-{socket.gethostname()}-{os.getpid()}"
+        self.executor = ThreadPoolExecutor(max_workers=settings.max_concurrent_runs, thread_name_prefix="hermes-api-agent")
+        self.active: set[Work] = set()
+
+    # -- running ---------------------------------------------------------------
+
+    def start(self, request: AgentRequest, on_event: Callable[[Event], None] | None = None, *,
+              stream_model: bool = False) -> Work:
+        """Start a run now or raise 429. Must be called on the event loop; `on_event` is then
+        called on the loop too, in order. `stream_model` relays the model's text as it comes."""
+        if len(self.active) >= self.settings.max_concurrent_runs:
+            raise ApiError(429, f"the server is running its maximum of {self.settings.max_concurrent_runs} agent "
+                           "runs; retry later", "too_many_runs", headers={"Retry-After": str(self.settings.retry_after)})
+        loop = asyncio.get_running_loop()
+        emit = (lambda ev: loop.call_soon_threadsafe(on_event, ev)) if on_event else None
+        cancel = threading.Event()
+        future = loop.run_in_executor(self.executor, self._run, request, emit, stream_model, cancel)
+        work = Work(request, cancel, future)
+        self.active.add(work)
+        future.add_done_callback(lambda _: self.active.discard(work))
+        return work
+
+    def _run(self, request: AgentRequest, emit: Callable[[Event], None] | None, stream_model: bool,
+             cancel: threading.Event) -> AgentRun:
+        events = _events(emit, stream_model) if emit else None
+        spec = SandboxSpec(image=self.sandbox.image,
+                           labels={LABEL_RUN: self.label, LABEL_PROMPT: request.id, API_LABEL: "1"})
+        with LazySandbox(lambda: self._open(spec), self.sandbox.command_timeout) as box:
+            return run_agent(self.client, request.messages, self.tools, box, max_turns=self.settings.max_turns,
+                             system_prompt=compose_system_prompt(request.instructions), events=events, cancel=cancel)
+
+    def run_blocking(self, request: AgentRequest) -> AgentRun:
+        """One run on the caller's own thread, outside the cap (a scheduled job's flow run)."""
+        return self._run(request, None, False, threading.Event())
+
+    def _open(self, spec: SandboxSpec) -> Sandbox:
+        if self.sandbox.backend == "docker":
+            from hermes.sandbox.docker import ensure_image
+
+            ensure_image(spec.image, pull_timeout=self.sandbox.pull_timeout)
+        return open_sandbox(spec, self.sandbox)
+
+    async def wait(self, work: Work) -> AgentRun:
+        """The run's result. If the caller is cancelled (its client left), the run is asked to
+        stop; it keeps its place under the cap until its thread has really returned."""
+        try:
+            return await asyncio.shield(work.future)
+        except asyncio.CancelledError:
+            work.stop()
+            raise
+
+    # -- life ------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        return {"active": len(self.active), "stopping": sum(w.cancel.is_set() for w in self.active),
+                "limit": self.settings.max_concurrent_runs}
+
+    async def aclose(self) -> None:
+        for work in list(self.active):
+            work.stop()
+        await asyncio.gather(*(w.future for w in list(self.active)), return_exceptions=True)
+        self.close()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.client.close()
+
+    def reap_orphans(self) -> int:
+        """Remove containers that API servers which died on this host left behind."""
+        if self.sandbox.backend != "docker":
+            return 0
+        from hermes.sandbox.docker import get_client
+
+        try:
+            api = get_client().api
+            found = api.containers(all=True, filters={"label": API_LABEL})
+        except Exception as e:  # no engine yet: nothing to reap, requests will say why
+            log.debug("no orphan check: %s", e)
+            return 0
+        host, removed = socket.gethostname(), 0
+        for c in found:
+            owner_host, _, pid = (c.get("Labels") or {}).get(LABEL_OWNER, "").rpartition(":")
+            if owner_host == host and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                try:
+                    api.remove_container(c["Id"], force=True, v=True)
+                    removed += 1
+                except Exception as e:  # noqa: BLE001 - one stuck container must not stop start-up
+                    log.warning("could not remove orphan container %s: %s", c["Id"][:12], e)
+        if removed:
+            log.info("removed %d container(s) left by API servers that died", removed)
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _events(emit: Callable[[Event], None], stream_model: bool) -> AgentEvents:
+    return AgentEvents(
+        on_delta=(lambda kind, text: emit({"type": f"{kind}.delta", "delta": text})) if stream_model else None,
+        on_message=lambda message: emit({"type": "message", "message": message}),
+        on_tool_start=lambda call: emit({"type": "tool.started", "call": call}),
+        on_tool_end=lambda call, result: emit({"type": "tool.completed", "call": call, "result": result}),
+    )
+
+
+def final_text(messages: list[dict[str, Any]]) -> str:
+    """What the agent said, for clients that only show text: its assistant texts, in order."""
+    texts = [_text(m.get("content")) for m in messages if m.get("role") == "assistant"]
+    return "\n\n".join(t for t in texts if t)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def usage_of(run: AgentRun | None) -> dict[str, int]:
+    u = run.usage if run else {}
+    return {"prompt_tokens": u.get("prompt_tokens", 0), "completion_tokens": u.get("completion_tokens", 0),
+            "total_tokens": u.get("total_tokens", 0)}
