@@ -106,11 +106,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.api_key:
         os.environ["HERMES_API_KEY"] = args.api_key  # kept out of flow parameters, which Prefect stores
     _setup_logging(settings.verbose)
-    from flows.batch import batch_run
+    from flows.batch import TooManyFailedPrompts, batch_run
     from hermes.stats import format_table
 
     try:
         stats = batch_run(settings=settings)
+    except TooManyFailedPrompts as e:
+        print(format_table(e.stats))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

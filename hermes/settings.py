@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermes.sandbox.base import SandboxSettings
 
@@ -42,10 +42,19 @@ class AgentSettings(BaseModel):
         return v or None
 
 
+def _own_fields_first(schema: dict) -> None:
+    """Show a run's own fields (dataset, batch size, run name) before the inherited model fields in forms."""
+    own = [k for k in RunSettings.__annotations__ if k in schema.get("properties", {})]
+    props = schema["properties"]
+    schema["properties"] = {**{k: props[k] for k in own}, **{k: v for k, v in props.items() if k not in own}}
+
+
 class RunSettings(AgentSettings):
+    model_config = ConfigDict(json_schema_extra=_own_fields_first)
+
     dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
     batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
-    run_name: str = Field(description="output folder data/<run_name>/ and the resume key")
+    run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key")
     distribution: str = Field("default", description="toolset distribution to sample from")
     num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run")
     resume: bool = Field(False, description="continue an existing run")
@@ -55,6 +64,7 @@ class RunSettings(AgentSettings):
     seed: int = Field(0, description="seed of the toolset sampler: the same seed draws the same toolsets per prompt")
     keep_unreasoned: bool = Field(False, description="keep samples none of whose turns carry reasoning (discarded by default)")
     max_attempts: int | None = Field(None, gt=0, description="give up on a prompt after this many failed attempts (retried on every resume if unset)")
+    max_failed_share: float = Field(0.5, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of its prompts failed: 0 fails on any failed prompt, 1 never fails")
     skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")
     output_dir: str = Field("data", description="parent folder of run folders")
 

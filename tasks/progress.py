@@ -9,6 +9,8 @@ from typing import Any
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from tasks.report import artifact_key
+
 
 class RunProgress:
     def __init__(self, run_name: str, total: int, *, min_interval: float = 1.0):
@@ -19,7 +21,7 @@ class RunProgress:
         self._min_interval = min_interval
         self._tty = sys.stderr.isatty()
         self._artifact = create_progress_artifact(
-            progress=0.0 if total else 100.0, key=_artifact_key(run_name),
+            progress=0.0 if total else 100.0, key="progress-" + artifact_key(run_name),
             description=f"Prompts finished in run '{run_name}' ({total} owed at start)")
 
     def prompt_done(self, entry: dict[str, Any]) -> None:
@@ -47,6 +49,19 @@ class RunProgress:
         sys.stderr.flush()
 
 
-def _artifact_key(run_name: str) -> str:
-    # Artifact keys allow lowercase letters, digits and dashes only.
-    return "progress-" + "".join(c if c.isalnum() else "-" for c in run_name.lower())
+def started_in_this_flow_run(run_name: str) -> bool:
+    """Whether an earlier attempt of the current flow run already ran `run_name` (made its progress artifact).
+
+    True for a flow run retried from the UI ("Retry") after it got past opening the run.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.runtime import flow_run
+
+    if not flow_run.id or flow_run.run_count <= 1:
+        return False
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(limit=1, artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id]),
+            key=ArtifactFilterKey(any_=["progress-" + artifact_key(run_name)])))
+    return bool(found)

@@ -1,26 +1,164 @@
-"""What a finished run shows in the Prefect UI: statistics, failures, where the output is."""
+"""What a finished run shows in the Prefect UI, and whether it counts as a success.
+
+Artifacts (keys are derived from the run name, so each run keeps its own history of versions):
+
+    statistics-<run>   table: the run's statistics (counts, failure share, time, usage)
+    tools-<run>        table: tool calls in the run's trajectories
+    failed-<run>       table: every prompt that failed, with its reason (only when some did)
+    summary-<run>      markdown: outcome, output paths, how to retry
+
+The progress artifact (progress-<run>) is kept by tasks/progress.py while the run runs.
+"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
+
+from hermes import journal
+
+#: rows of the failed-prompts table; the UI stays usable, the batch files hold the rest
+MAX_FAILED_ROWS = 500
+PROMPT_PREVIEW = 160
+
+
+class TooManyFailedPrompts(RuntimeError):
+    """More than `max_failed_share` of a run's prompts failed. The outputs were still written."""
+
+    def __init__(self, message: str, stats: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.stats = stats or {}  # the run's statistics, as written to statistics.json
+
+
+def artifact_key(run_name: str) -> str:
+    # Artifact keys allow lowercase letters, digits and dashes only.
+    return "".join(c if c.isalnum() else "-" for c in str(run_name).lower())
+
+
+def failed_share(stats: dict[str, Any]) -> float:
+    total = stats.get("total_prompts") or 0
+    return stats.get("prompts_failed", 0) / total if total else 0.0
+
+
+def failed_prompts(run_path: Path, limit: int = MAX_FAILED_ROWS) -> list[dict[str, Any]]:
+    """The prompts whose latest outcome is a failure and that never succeeded, with their reasons.
+
+    Read from the journal (the batch files), as merge does: a prompt that failed and later
+    succeeded on --resume is not listed.
+    """
+    last_failed: dict[str, dict[str, Any]] = {}
+    succeeded: set[str] = set()
+    for _, path in journal.batch_files(run_path):
+        for entry in journal.read(path):
+            meta = entry.get("hermes") or {}
+            key = meta.get("key")
+            if meta.get("status") == "failed":
+                last_failed[key] = entry
+            else:
+                succeeded.add(key)
+    rows = []
+    for key, entry in last_failed.items():
+        if key in succeeded:
+            continue
+        meta = entry.get("hermes") or {}
+        human = next((t.get("value", "") for t in entry.get("conversations", []) if t.get("from") == "human"), "")
+        preview = " ".join(str(human).split())
+        rows.append({
+            "prompt_index": entry.get("prompt_index"),
+            "batch": (entry.get("metadata") or {}).get("batch_num"),
+            "reason": (meta.get("error") or "unknown error").strip()[:500],
+            "prompt": preview[:PROMPT_PREVIEW] + ("…" if len(preview) > PROMPT_PREVIEW else ""),
+        })
+    rows.sort(key=lambda r: (r["prompt_index"] is None, r["prompt_index"]))
+    return rows[:limit]
 
 
 @task(name="publish-report", cache_policy=NONE)
-def publish(run_path: Path, stats: dict) -> None:
-    key = "".join(c if c.isalnum() else "-" for c in str(stats["run_name"]).lower())
-    rows = [{"tool": t, **v} for t, v in stats["tool_statistics"].items()]
-    if rows:
-        create_table_artifact(rows, key=f"tools-{key}", description="Tool calls in the run's trajectories")
-    if stats["failure_reasons"]:
-        create_table_artifact([{"reason": r, "prompts": n} for r, n in stats["failure_reasons"].items()],
-                              key=f"failures-{key}", description="Failed prompts by reason (retried on --resume)")
-    summary = "\n".join(f"| {k} | {v} |" for k, v in stats.items() if not isinstance(v, dict))
-    create_markdown_artifact(
-        f"# Run `{stats['run_name']}`\n\n"
-        f"- trajectories: `{(run_path / 'trajectories.jsonl').resolve()}`\n"
-        f"- statistics: `{(run_path / 'statistics.json').resolve()}`\n\n"
-        f"| statistic | value |\n|---|---|\n{summary}\n",
-        key=f"summary-{key}", description=f"Summary of run {stats['run_name']}")
+def publish(run_path: Path, stats: dict, max_failed_share: float | None = None) -> None:
+    """Statistics, tool and failure tables, and a markdown summary with the output paths."""
+    run_path = Path(run_path).resolve()
+    name = str(stats["run_name"])
+    key = artifact_key(name)
+    share = failed_share(stats)
+
+    scalars = [{"statistic": k, "value": v} for k, v in stats.items() if not isinstance(v, dict)]
+    scalars.append({"statistic": "failed_share", "value": round(share, 4)})
+    if max_failed_share is not None:
+        scalars.append({"statistic": "max_failed_share", "value": max_failed_share})
+    for k, v in (stats.get("reasoning_statistics") or {}).items():
+        scalars.append({"statistic": f"reasoning.{k}", "value": v})
+    for k, v in (stats.get("usage") or {}).items():
+        scalars.append({"statistic": f"usage.{k}", "value": v})
+    create_table_artifact(scalars, key=f"statistics-{key}", description=f"Statistics of run '{name}' (statistics.json)")
+
+    tools = [{"tool": t, **v} for t, v in (stats.get("tool_statistics") or {}).items()]
+    if tools:
+        create_table_artifact(tools, key=f"tools-{key}", description=f"Tool calls in the trajectories of run '{name}'")
+
+    failed = failed_prompts(run_path) if stats.get("prompts_failed") else []
+    if failed:
+        more = stats["prompts_failed"] - len(failed)
+        create_table_artifact(
+            failed, key=f"failed-{key}",
+            description=f"Failed prompts of run '{name}' with their reasons; they run again on resume"
+                        + (f" ({more} more in the batch files)" if more > 0 else ""))
+
+    create_markdown_artifact(_summary(run_path, stats, share, max_failed_share), key=f"summary-{key}",
+                             description=f"Summary of run '{name}'")
+
+
+def _summary(run_path: Path, stats: dict, share: float, max_share: float | None) -> str:
+    name = stats["run_name"]
+    failed_too_many = max_share is not None and share > max_share
+    verdict = (f"**Failed**: {stats['prompts_failed']} of {stats['total_prompts']} prompts failed "
+               f"({share:.0%}, more than the allowed {max_share:.0%}). The outputs below were still written."
+               if failed_too_many else
+               f"**Done**: {stats['trajectories_written']} trajectories from {stats['total_prompts']} prompts.")
+    lines = [
+        f"# Run `{name}`", "", verdict, "",
+        "## Output", "",
+        f"- trajectories: `{run_path / 'trajectories.jsonl'}`",
+        f"- statistics: `{run_path / 'statistics.json'}`",
+        f"- checkpoint: `{run_path / 'checkpoint.json'}`",
+        f"- batch files (the journal): `{run_path}/batch_*.jsonl`",
+        "",
+        "## Prompts", "",
+        "| outcome | prompts |", "|---|---|",
+        f"| completed | {stats.get('prompts_completed', 0)} |",
+        f"| partial (max_turns reached) | {stats.get('prompts_partial', 0)} |",
+        f"| failed | {stats.get('prompts_failed', 0)} |",
+        f"| discarded: no reasoning | {stats.get('discarded_no_reasoning', 0)} |",
+        f"| dropped: hallucinated tool | {stats.get('dropped_hallucinated_tools', 0)} |",
+        f"| **trajectories written** | **{stats.get('trajectories_written', 0)}** |",
+        "",
+        f"Model `{stats.get('model')}`, distribution `{stats.get('distribution')}`, "
+        f"{stats.get('total_batches')} batch file(s), {stats.get('api_calls', 0)} model calls, "
+        f"{stats.get('duration_seconds', 0)} s over all invocations.",
+    ]
+    reasons = stats.get("failure_reasons") or {}
+    if reasons:
+        lines += ["", "## Failures by reason", "", "| reason | prompts |", "|---|---|"]
+        lines += [f"| {_cell(r)} | {n} |" for r, n in reasons.items()]
+        lines += ["", f"Each failed prompt is listed in the `failed-{artifact_key(name)}` artifact. "
+                      "Failed prompts run again when the run is started with `resume: true` "
+                      "(the same settings otherwise)."]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def check_failed_share(stats: dict[str, Any], max_share: float, run_path: Path) -> None:
+    """Raise TooManyFailedPrompts when the run's failed share passes the threshold."""
+    share = failed_share(stats)
+    if share > max_share:
+        top = next(iter(stats.get("failure_reasons") or {}), "unknown")
+        raise TooManyFailedPrompts(
+            f"{stats['prompts_failed']} of {stats['total_prompts']} prompts failed ({share:.0%}), more than "
+            f"max_failed_share={max_share:g} allows. Outputs were still written to {Path(run_path).resolve()}. "
+            f"Most common reason: {top}. Fix the cause, then run again with resume=true (--resume on the command line) "
+            f"to retry the failed prompts.", stats)
