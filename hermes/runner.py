@@ -24,6 +24,7 @@ from hermes.sandbox import open_sandbox
 from hermes.sandbox.base import SandboxError, SandboxSpec
 from hermes.sandbox.docker import ensure_image
 from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
 from hermes.tools import TOOLS, TOOLSETS, openai_schemas, tools_for
@@ -80,10 +81,15 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
     run = None
+    box = None
     try:
+        raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
         if s.sandbox.backend == "docker":
             ensure_image(image, s.sandbox.pull_timeout)
-        with LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout) as sandbox:
+        # Prefetch: the container starts while the first model call is out, unless no tool could use it.
+        box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
+                          prefetch=s.sandbox.prefetch and bool(tools))
+        with box as sandbox:
             run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
                             system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
         error = run.error
@@ -117,6 +123,8 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
             "error": error,
             "usage": run.usage if run else {},
             "elapsed": round(time.monotonic() - started, 3),
+            # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
+            "sandbox_wait": None if box is None or box.wait is None else round(box.wait, 4),
             "hallucinated_tools": hallucinated_tools(messages, ALL_TOOL_NAMES),
             "reasoning": reasoning_counts(messages),
         },

@@ -5,9 +5,8 @@ Plain Python; tasks/ and flows/ put Prefect around it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import uuid
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -15,10 +14,13 @@ from pathlib import Path
 from hermes import rundir, sandbox
 from hermes.dataset import Row, load_rows
 from hermes.runner import RunContext
+from hermes.sandbox.docker import remove_own
+from hermes.sandbox.lifecycle import RunGuard
 from hermes.settings import RunSettings
 from hermes.store import RunIndex
 
 log = logging.getLogger(__name__)
+CHECKPOINT_INTERVAL = 5.0  # seconds between checkpoint.json rewrites while batches land
 
 
 @dataclass
@@ -37,6 +39,9 @@ class RunSession:
     ctx: RunContext
     started: datetime = field(default_factory=datetime.now)
     prompts_run: int = 0
+    guard: RunGuard | None = None
+    done: set[str] = field(default_factory=set)
+    _checkpoint_at: float = 0.0
 
     @classmethod
     def open(cls, settings: RunSettings, api_key: str | None = None) -> "RunSession":
@@ -44,31 +49,35 @@ class RunSession:
         if rundir.has_results(path) and not settings.resume:
             raise rundir.RunRefused(
                 f"run '{settings.run_name}' already has results in {path}. "
-                f"Pass --resume to continue it, or choose a new --run_name (or delete {path}) to start over.")
+                f"Pass --resume (resume: true in a deployment or UI run) to continue it, "
+                f"or choose a new --run_name (or delete {path}) to start over.")
         rows, skipped = load_rows(settings.dataset_file, max_samples=settings.max_samples,
                                   skip_bad=settings.skip_bad_lines)
         for problem in skipped:
             log.warning("skipped bad line: %s", problem)
         lock = rundir.RunLock(path)
         lock.acquire()
+        guard = None
         try:
             if settings.sandbox.backend == "docker":
-                # We hold the run's lock: any container labelled with this run is a dead invocation's.
-                removed = sandbox.cleanup(settings.run_name)
-                if removed:
-                    log.warning("removed %d container(s) left behind by an earlier run of '%s'", removed, settings.run_name)
+                _prepare_sandboxes(settings)
             index = RunIndex(path)
             rundir.write_manifest(path, settings, total_prompts=len(rows))
             ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
                                     limiter=threading.BoundedSemaphore(settings.num_workers))
+            if settings.sandbox.backend == "docker":
+                guard = RunGuard(settings.run_name, remove_own).install()
         except BaseException:
+            if guard:
+                guard.uninstall()
             lock.release()
             raise
-        return cls(settings=settings, path=path, rows=rows, index=index, lock=lock, ctx=ctx)
+        return cls(settings=settings, path=path, rows=rows, index=index, lock=lock, ctx=ctx, guard=guard)
 
     def plan(self) -> list[Batch]:
         """The rows still owed, re-batched; numbering continues after the batches on disk."""
-        done = self.index.done_keys()
+        self.done = self.index.done_keys()
+        done = set(self.done)
         if self.settings.max_attempts:
             attempts = self.index.failed_attempts()
             given_up = {k for k, n in attempts.items() if n >= self.settings.max_attempts}
@@ -86,22 +95,44 @@ class RunSession:
         return batches
 
     def record(self, batch: Batch) -> None:
-        """A batch finished: index its file and bring checkpoint.json up to date."""
+        """A batch finished: index its file and bring checkpoint.json up to date (at most every few seconds)."""
         path = self.path / f"batch_{batch.num}.jsonl"
         if path.exists():
             self.index.index_batch(batch.num, path)
+            self.done |= self.index.done_keys(batch.num)
         self.prompts_run += len(batch.rows)
-        self.write_checkpoint()
+        if time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
+            self.write_checkpoint()
 
     def write_checkpoint(self) -> None:
-        done = self.index.done_keys()
-        completed = [r.index for r in self.rows if r.key in done]
+        # Costs a pass over the dataset: throttled, so a run of many small batches stays linear.
+        completed = [r.index for r in self.rows if r.key in self.done]
         rundir.write_checkpoint(self.path, self.settings.run_name, completed, self.index.batch_stats())
+        self._checkpoint_at = time.monotonic()
 
     def close(self) -> None:
         try:
+            self.write_checkpoint()
             rundir.log_invocation(self.path, self.started, datetime.now(), self.prompts_run)
             self.index.close()
             self.ctx.client.close()
         finally:
+            if self.guard:
+                self.guard.uninstall()
             self.lock.release()
+
+
+def _prepare_sandboxes(settings: RunSettings) -> None:
+    """Remove what dead invocations of this run left behind; refuse limits the engine cannot apply."""
+    removed = sandbox.cleanup(settings.run_name)
+    if removed:
+        log.warning("removed %d container(s) left behind by an earlier, dead run of '%s'", removed, settings.run_name)
+    try:
+        problems = sandbox.check_limits(settings.sandbox, settings.run_name)
+    except sandbox.WeakerSandbox as e:
+        raise rundir.RunRefused(f"run '{settings.run_name}' refused: {e}") from None
+    for p in problems:
+        log.warning("SANDBOX WEAKER THAN ASKED (accepted by allow_weaker_sandbox): %s", p)
+    if not settings.sandbox.read_only:
+        log.warning("sandbox.read_only is off: commands can write anywhere in their container, on the host's "
+                    "disk, with no size limit")

@@ -66,9 +66,11 @@ class RunIndex:
         self.con.execute("INSERT OR REPLACE INTO indexed_files VALUES (?, ?)", [batch_num, size])
         self.con.execute("COMMIT")
 
-    def done_keys(self) -> set[str]:
-        """Keys with a successful outcome; failed prompts are owed again."""
-        return {k for (k,) in self.con.execute("SELECT DISTINCT key FROM outcomes WHERE status <> 'failed'").fetchall()}
+    def done_keys(self, batch_num: int | None = None) -> set[str]:
+        """Keys with a successful outcome (in one batch, or in all); failed prompts are owed again."""
+        where = "status <> 'failed'" + ("" if batch_num is None else " AND batch_num = ?")
+        params = [] if batch_num is None else [batch_num]
+        return {k for (k,) in self.con.execute(f"SELECT DISTINCT key FROM outcomes WHERE {where}", params).fetchall()}
 
     def failed_attempts(self) -> dict[str, int]:
         """Failed attempts of each prompt that has not succeeded yet."""

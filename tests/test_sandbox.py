@@ -2,8 +2,11 @@
 the local backend and the output cap, which need no engine."""
 from __future__ import annotations
 
+import io
+import logging
 import os
 import subprocess
+import sys
 import time
 import uuid
 
@@ -327,22 +330,22 @@ def test_context_manager(image, settings):
 
 
 @docker_test
-def test_cleanup_removes_leftovers(image, settings):
-    from hermes.sandbox import docker as backend
-
+def test_cleanup_removes_containers_of_dead_runs_only(image, settings):
     run = f"{RUN_ID}-crashed"
-    leftovers = [open_sandbox(SandboxSpec(image=image, run_id=run), settings) for _ in range(2)]
+    code = ("import os\nfrom hermes.sandbox import open_sandbox\nfrom hermes.sandbox.base import SandboxSettings, SandboxSpec\n"
+            f"for _ in range(2): open_sandbox(SandboxSpec(image={image!r}, run_id={run!r}), SandboxSettings())\n"
+            "os._exit(0)  # dies without closing them, as a crashed run does\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    live = open_sandbox(SandboxSpec(image=image, run_id=run), settings)
     try:
-        with backend._live_lock:  # as if the process had died: nobody will close them
-            for sb in leftovers:
-                backend._live.discard(sb)
-        assert len(_ours(run)) == 2
-        assert cleanup(run) == 2
-        assert _ours(run) == []
+        assert len(_ours(run)) == 3
+        assert cleanup(run) == 2  # the dead process's two; ours lives on
+        assert [c["Id"] for c in _ours(run)] == [live.container_id]
         assert cleanup(run) == 0
+        assert cleanup(run, include_live=True) == 1
+        assert _ours(run) == []
     finally:
-        for sb in leftovers:
-            sb.close()
+        live.close()
 
 
 @docker_test
@@ -358,10 +361,65 @@ def test_unavailable_image(image, settings):
 
 
 @docker_test
-def test_system_cwd_gets_no_tmpfs(make):
-    sb = make(cwd="/etc")
+def test_system_cwd_gets_no_tmpfs_and_says_so(make, caplog):
+    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.docker"):
+        sb = make(cwd="/etc")
+        make(cwd="/etc")
+    said = [r.getMessage() for r in caplog.records if "READ-ONLY" in r.getMessage()]
+    assert len(said) == 1 and "sandbox cwd /etc" in said[0] and "it is a system path" in said[0]  # once, plainly
     assert sb.exec("pwd; ls passwd").output.split() == ["/etc", "passwd"]
     assert sb.exec("touch here").exit_code != 0
+
+
+@docker_test
+def test_shared_memory_is_capped_like_the_work_space(make):
+    sb = make(tmpfs_size="8m")
+    r = sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
+    assert r.exit_code != 0 and "No space left on device" in r.output
+    assert sb.api.inspect_container(sb.container_id)["HostConfig"]["ShmSize"] == 8 << 20
+
+
+@docker_test
+def test_image_volumes_become_capped_tmpfs(image, settings, docker_image_with_volume):
+    sb = open_sandbox(SandboxSpec(image=docker_image_with_volume, run_id=RUN_ID), settings.model_copy(update={"tmpfs_size": "8m"}))
+    try:
+        info = sb.api.inspect_container(sb.container_id)
+        assert "/data" in info["HostConfig"]["Tmpfs"]
+        assert not [m for m in info["Mounts"] if m["Type"] == "volume"]  # no host directory behind it
+        r = sb.exec("dd if=/dev/zero of=/data/fill bs=1M count=100")
+        assert r.exit_code != 0 and "No space left on device" in r.output
+    finally:
+        sb.close()
+
+
+@pytest.fixture(scope="module")
+def docker_image_with_volume(image):
+    from hermes.sandbox.docker import get_client
+
+    client = get_client()
+    tag = f"hermes-test-volume:{uuid.uuid4().hex[:8]}"
+    client.images.build(fileobj=io.BytesIO(f"FROM {image}\nVOLUME /data\n".encode()), tag=tag, rm=True, pull=False)
+    yield tag
+    client.images.remove(tag, force=True)
+
+
+@docker_test
+def test_out_of_memory_is_named_in_the_output(make):
+    sb = make(memory="64m", tmpfs_size="8m")
+    r = sb.exec("dd if=/dev/zero of=/dev/null bs=200M count=1")  # one 200 MB buffer
+    assert r.exit_code == 137 and "ran out of memory (limit 64m)" in r.output
+    r = sb.exec("echo survived; kill -9 $$")  # a SIGKILL that is not the memory limit's
+    assert r.exit_code == 137 and "out of memory" not in r.output
+
+
+@docker_test
+def test_the_engine_applies_every_limit_asked(image):
+    from hermes.sandbox.docker import limit_problems
+
+    assert limit_problems(SandboxSettings(), run_id=RUN_ID) == []
+    problems = limit_problems(SandboxSettings(memory="0"), run_id=RUN_ID)  # "0" means none at all
+    assert any(p.startswith("memory limit") for p in problems)
+    assert _ours() == []  # probes are removed
 
 
 @docker_test

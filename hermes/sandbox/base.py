@@ -49,8 +49,8 @@ class SandboxSettings(BaseModel):
     image: str = Field("hermes-sandbox:latest", description="image for rows that name none")
     network: bool = Field(False, description="give containers network access")
     memory: str = Field("1g", description="memory limit per container (swap not allowed beyond it)")
-    cpus: float = Field(1.0, description="CPU limit per container")
-    pids_limit: int = Field(256, description="process limit per container")
+    cpus: float = Field(1.0, gt=0, description="CPU limit per container")
+    pids_limit: int = Field(256, gt=0, description="process limit per container")
     user: str = Field("65534:65534", description="uid:gid commands run as (non-root)")
     read_only: bool = Field(True, description="read-only root filesystem, writable tmpfs work space")
     workdir: str = Field("/workspace", description="working directory when the row names no cwd")
@@ -59,6 +59,10 @@ class SandboxSettings(BaseModel):
     command_timeout: float = Field(60.0, description="seconds before a command is killed")
     output_limit: int = Field(50_000, description="characters of command output returned to the model")
     pull_timeout: float = Field(120.0, description="seconds allowed to pull a missing image")
+    allow_weaker_sandbox: bool = Field(False, description="run even when the Docker engine cannot apply a limit "
+                                       "(memory, swap, CPU, pids, seccomp); by default such a run is refused")
+    prefetch: bool = Field(True, description="start a prompt's container while the model is thinking, "
+                           "so its first tool call rarely waits for one")
 
 
 @dataclass

@@ -2,34 +2,40 @@
 
 Every container gets, unless the settings say otherwise: no network, every capability
 dropped, no-new-privileges, a non-root user, memory (no extra swap), CPU and pids limits,
-a read-only root with size-capped tmpfs work space at /tmp, at the work dir and at the
-row's cwd, an init process as PID 1, and labels naming the run and the prompt. It is kept
-alive by `sleep` and removed (force) by `close()`, at interpreter exit, or by `cleanup()`.
+a read-only root with size-capped tmpfs work space at /tmp, at the work dir, at the row's
+cwd and over the image's VOLUMEs, /dev/shm capped the same, an init process as PID 1, and
+labels naming the run, the prompt and the owner process. It is kept alive by `sleep` and
+removed (force) by `close()`, at interpreter exit, when its run is interrupted (see
+lifecycle.RunGuard), or by `cleanup()` once its owner is dead. `limit_problems()` says
+which limits the engine would not apply, before a run starts.
 
 Commands run as `sh -c` under a small POSIX-sh wrapper that starts the command in a
 session of its own (`setsid`) next to a timer that kills that whole process group at the
 time limit; the host also bounds its wait. Output (stdout and stderr merged, in order) is
-capped; an endless flood of output gets the command killed. The wrapper prints an end
-marker after the command, so a command that leaves a background process holding its
-output returns at once instead of waiting for the engine's I/O grace period.
+capped; an endless flood of output gets the command killed; a command killed by the
+memory limit is told so. The wrapper prints an end marker after the command, so a command
+that leaves a background process holding its output returns at once instead of waiting for
+the engine's I/O grace period.
 """
 from __future__ import annotations
 
 import atexit
 import errno
 import logging
-import os
 import re
 import secrets
 import socket
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from hermes.sandbox import lifecycle
 from hermes.sandbox.base import (
     LABEL_OWNER,
     LABEL_PROMPT,
@@ -132,6 +138,23 @@ def _report_create_warnings(warnings: list[str] | None) -> None:
         _loud("engine said on container create: %s", w)
 
 
+def _host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
+    """What the engine did not apply, read back from a container's HostConfig."""
+    expect = {
+        "Memory": ("memory limit", lambda v: bool(v)),
+        "MemorySwap": ("swap limit (memory+swap)", lambda v: v == hc.get("Memory")),
+        "NanoCpus": ("CPU limit", lambda v: v == int(settings.cpus * 1e9)),
+        "PidsLimit": ("pids limit", lambda v: v == settings.pids_limit),
+        "ReadonlyRootfs": ("read-only root", lambda v: bool(v) == settings.read_only),
+        "CapDrop": ("dropped capabilities", lambda v: "ALL" in (v or [])),
+        "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
+        "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
+        "Init": ("init process", lambda v: bool(v)),
+    }
+    return [f"{what}: the container's HostConfig.{field} is {hc.get(field)!r}"
+            for field, (what, ok) in expect.items() if not ok(hc.get(field))]
+
+
 def _verify_host_config(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
     """Once per process and settings: read back what the engine actually applied."""
     key = (_key(client), settings.model_dump_json())
@@ -139,21 +162,46 @@ def _verify_host_config(client: docker.DockerClient, cid: str, settings: Sandbox
         if key in _verified:
             return
         _verified.add(key)
-    hc = client.api.inspect_container(cid).get("HostConfig") or {}
-    expect = {
-        "Memory": lambda v: bool(v),
-        "MemorySwap": lambda v: v == hc.get("Memory"),
-        "NanoCpus": lambda v: v == int(settings.cpus * 1e9),
-        "PidsLimit": lambda v: v == settings.pids_limit,
-        "ReadonlyRootfs": lambda v: bool(v) == settings.read_only,
-        "CapDrop": lambda v: "ALL" in (v or []),
-        "SecurityOpt": lambda v: "no-new-privileges" in (v or []),
-        "NetworkMode": lambda v: settings.network or v == "none",
-        "Init": lambda v: bool(v),
-    }
-    for field, ok in expect.items():
-        if not ok(hc.get(field)):
-            _loud("container %s: HostConfig.%s is %r", cid[:12], field, hc.get(field))
+    for problem in _host_config_problems(client.api.inspect_container(cid).get("HostConfig") or {}, settings):
+        _loud("container %s: %s", cid[:12], problem)
+
+
+_LIMIT_WORDS = re.compile(r"limit|swap|memory|cpu|pids|cgroup|seccomp|oom", re.I)
+
+
+def limit_problems(settings: SandboxSettings, image: str | None = None, *, run_id: str | None = None,
+                   client: docker.DockerClient | None = None) -> list[str]:
+    """Limits this engine would not enforce on a run's containers ([] when all hold).
+
+    The engine's own report, then a probe: one container made (never started) with the
+    run's settings, whose create-time warnings and applied HostConfig are read back.
+    """
+    client = client or get_client()
+    problems = [p for p in engine_problems(client) if _LIMIT_WORDS.search(p)]
+    for p in _probe(client, settings, image or settings.image, run_id or lifecycle.PROBE_RUN):
+        if p not in problems:
+            problems.append(p)
+    return problems
+
+
+def _probe(client: docker.DockerClient, settings: SandboxSettings, image: str, run_id: str) -> list[str]:
+    try:
+        image_cfg = _image_config(image, settings.pull_timeout, client)
+    except SandboxError as e:
+        log.warning("sandbox limits not probed: %s", e)
+        return []
+    spec = SandboxSpec(image=image, run_id=run_id, prompt_id="probe")
+    args = _container_args(client.api, spec, settings, resolve_cwd(None, settings.workdir), image_cfg)
+    try:
+        res = client.api.create_container(**args)
+    except DockerException as e:
+        raise SandboxError(f"cannot make a probe container from {image}: {getattr(e, 'explanation', None) or e}") from e
+    try:
+        hc = client.api.inspect_container(res["Id"]).get("HostConfig") or {}
+        created = [f"engine said on container create: {w}" for w in res.get("Warnings") or []]
+        return created + _host_config_problems(hc, settings)
+    finally:
+        _remove(client, res["Id"])
 
 
 # --------------------------------------------------------------------------- images
@@ -255,12 +303,18 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def _tmpfs_plan(cwd: str, settings: SandboxSettings, image_workdir: str) -> tuple[list[str], str | None]:
-    """(tmpfs mount points, why cwd gets none or None)."""
+def _tmpfs_plan(cwd: str, settings: SandboxSettings, image_workdir: str,
+                volumes: list[str] = ()) -> tuple[list[str], str | None]:
+    """(tmpfs mount points, why cwd gets none or None).
+
+    An image's VOLUMEs get a tmpfs too: else each would be a writable host directory of
+    unbounded size (their initial content from the image is hidden).
+    """
     workdir = resolve_cwd(None, settings.workdir)
     if workdir == "/" or any(_under(workdir, t) for t in _SYSTEM_TREES):
         raise SandboxError(f"settings.workdir {workdir!r} is a system path; choose e.g. /workspace")
     mounts = ["/tmp", workdir] if workdir != "/tmp" else ["/tmp"]
+    mounts += [v for v in (resolve_cwd(v, "/") for v in volumes) if v != "/" and v not in mounts]
     if any(_under(cwd, m) for m in mounts):
         return mounts, None
     if cwd in _SYSTEM_EXACT or any(_under(cwd, t) for t in _SYSTEM_TREES):
@@ -360,6 +414,56 @@ class _Frames:
                 pass
 
 
+def _container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, image_cfg: dict) -> dict[str, Any]:
+    """create_container's arguments: the hardened defaults, the labels, the work space."""
+    if _is_root(s.user):
+        log.warning("SANDBOX RUNS AS ROOT: settings.user=%r (the safe default is 65534:65534)", s.user)
+    mounts, why_not = _tmpfs_plan(cwd, s, image_cfg.get("WorkingDir") or "", sorted(image_cfg.get("Volumes") or {}))
+    if why_not:
+        _say_cwd_read_only(spec.image, cwd, why_not, s)
+    opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
+    _check_tmpfs_budget(s, len(mounts) + 1)  # + /dev/shm
+    run, prompt = spec.run_label(), spec.prompt_label()
+    labels = {**{str(k): str(v) for k, v in spec.labels.items()},
+              LABEL_RUN: run, LABEL_PROMPT: prompt, LABEL_OWNER: lifecycle.owner_label()}
+    host_config = api.create_host_config(
+        network_mode=None if s.network else "none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit=s.memory,
+        memswap_limit=s.memory,
+        nano_cpus=int(s.cpus * 1e9),
+        pids_limit=s.pids_limit,
+        read_only=s.read_only,
+        tmpfs={m: opts for m in mounts},
+        shm_size=s.tmpfs_size,  # /dev/shm is writable even on a read-only root: cap it like the rest
+        init=True,
+        auto_remove=False,
+    )
+    return dict(image=spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
+                name=f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}",
+                host_config=host_config, working_dir="/tmp", detach=True,
+                environment={"HOME": "/tmp", "TMPDIR": "/tmp"})
+
+
+_said_read_only: set[tuple[str, str]] = set()
+
+
+def _say_cwd_read_only(image: str, cwd: str, why: str, s: SandboxSettings) -> None:
+    with _engine_lock:
+        if (image, cwd) in _said_read_only:
+            return
+        _said_read_only.add((image, cwd))
+    if s.read_only:
+        log.warning("sandbox cwd %s of image %s stays READ-ONLY: %s, so no writable tmpfs is laid over it, "
+                    "and the root filesystem is read-only; commands cannot write there. Use a cwd under %s, "
+                    "or set sandbox.read_only=false (the image's own files then become writable too).",
+                    cwd, image, why, resolve_cwd(None, s.workdir))
+    else:
+        log.warning("sandbox cwd %s of image %s gets no tmpfs (%s): writes there land in the container's "
+                    "own layer, on the host's disk, with no size limit", cwd, image, why)
+
+
 # --------------------------------------------------------------------------- the sandbox
 
 _live_lock = threading.Lock()
@@ -377,6 +481,7 @@ class DockerSandbox:
         self.cwd = resolve_cwd(spec.cwd, settings.workdir)
         self.container_id: str | None = None
         self._closed = False
+        self._oom_seen = 0
         self._lock = threading.Lock()
         self._create()
 
@@ -391,47 +496,24 @@ class DockerSandbox:
         return self.container_id
 
     def _create(self) -> None:
-        s, spec = self.settings, self.spec
+        s, spec, run = self.settings, self.spec, self.spec.run_label()
+        lifecycle.raise_if_stopping(run)
         engine_problems(self.client)
         image_cfg = _image_config(spec.image, s.pull_timeout, self.client)
-        if _is_root(s.user):
-            log.warning("SANDBOX RUNS AS ROOT: settings.user=%r (the safe default is 65534:65534)", s.user)
-        mounts, why_not = _tmpfs_plan(self.cwd, s, image_cfg.get("WorkingDir") or "")
-        if why_not:
-            log.warning("cwd %s gets no writable tmpfs (%s)%s", self.cwd, why_not,
-                        "; it is read-only" if s.read_only else "")
-        opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
-        _check_tmpfs_budget(s, len(mounts))
-        run, prompt = spec.run_label(), spec.prompt_label()
-        labels = {**{str(k): str(v) for k, v in spec.labels.items()},
-                  LABEL_RUN: run, LABEL_PROMPT: prompt, LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
-        name = f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}"
-        try:
-            host_config = self.api.create_host_config(
-                network_mode=None if s.network else "none",
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                mem_limit=s.memory,
-                memswap_limit=s.memory,
-                nano_cpus=int(s.cpus * 1e9),
-                pids_limit=s.pids_limit,
-                read_only=s.read_only,
-                tmpfs={m: opts for m in mounts},
-                init=True,
-                auto_remove=False,
-            )
-            res = self.api.create_container(
-                spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
-                name=name, host_config=host_config, working_dir="/tmp", detach=True,
-                environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
-            )
-        except ImageNotFound as e:
-            raise ImageUnavailable(spec.image, str(e.explanation or e)) from e
-        except (APIError, DockerException) as e:
-            raise SandboxError(f"cannot create a container from {spec.image}: {getattr(e, 'explanation', None) or e}") from e
-        self.container_id = res["Id"]
-        with _live_lock:
-            _live.add(self)
+        args = _container_args(self.api, spec, s, self.cwd, image_cfg)
+        with lifecycle.creating(run):
+            try:
+                res = self.api.create_container(**args)
+            except ImageNotFound as e:
+                raise ImageUnavailable(spec.image, str(e.explanation or e)) from e
+            except (APIError, DockerException) as e:
+                raise SandboxError(f"cannot create a container from {spec.image}: {getattr(e, 'explanation', None) or e}") from e
+            self.container_id = res["Id"]
+            with _live_lock:
+                _live.add(self)
+            if lifecycle.stopping(run):  # made while the run was being stopped: its cleanup may have missed it
+                self.close()
+                raise lifecycle.RunInterrupted(f"run {run} is stopping")
         _report_create_warnings(res.get("Warnings"))
         try:
             self.api.start(self.container_id)
@@ -450,12 +532,7 @@ class DockerSandbox:
         with _live_lock:
             _live.discard(self)
         if self.container_id:
-            try:
-                self.api.remove_container(self.container_id, force=True, v=True)
-            except NotFound:
-                pass
-            except DockerException as e:
-                log.warning("could not remove sandbox container %s: %s", self.container_id[:12], e)
+            _remove(self.client, self.container_id)
 
     def __enter__(self) -> "DockerSandbox":
         return self
@@ -469,6 +546,7 @@ class DockerSandbox:
     # -- commands -------------------------------------------------------------
 
     def _exec_socket(self, cmd: list[str], stdin: bool = False) -> tuple[str, _Frames]:
+        lifecycle.raise_if_stopping(self.spec.run_label())  # its container is being removed: end the prompt
         if self._closed:
             raise SandboxError("sandbox is closed")
         try:
@@ -509,14 +587,34 @@ class DockerSandbox:
                                f"status {state.get('Status')}, exit code {state.get('ExitCode')}")
 
     def _kill(self, target: str) -> None:
-        """Kill a process group ("-PGID") or a pid inside the container; best effort."""
+        """Kill a process group ("-PGID") or a pid inside the container; best effort, retried:
+        a command that filled the pids limit can leave no room for `kill` for a moment."""
+        why: object = None
+        for _ in range(5):
+            try:
+                ex = self.api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
+                out = self.api.exec_start(ex["Id"]) or b""
+                if self.api.exec_inspect(ex["Id"]).get("ExitCode") == 0 or b"No such process" in out:
+                    return
+                why = out.decode("utf-8", "replace").strip()
+            except DockerException as e:
+                why = e
+            time.sleep(0.3)
+        log.warning("could not kill %s in %s: %s", target, (self.container_id or "")[:12], why)
+
+    def _stopped_run_wins(self, fn: Any, *args: Any) -> Any:
+        """A sandbox failing because its run is being stopped ends the prompt (RunInterrupted),
+        instead of handing the model a broken tool result to carry on with."""
         try:
-            ex = self.api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
-            self.api.exec_start(ex["Id"])
-        except DockerException as e:
-            log.warning("could not kill %s in %s: %s", target, (self.container_id or "")[:12], e)
+            return fn(*args)
+        except (SandboxError, DockerException, OSError):
+            lifecycle.raise_if_stopping(self.spec.run_label())
+            raise
 
     def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        return self._stopped_run_wins(self._exec, command, cwd, timeout)
+
+    def _exec(self, command: str, cwd: str | None, timeout: float | None) -> ExecResult:
         started = time.monotonic()
         limit = self.settings.command_timeout if timeout is None else float(timeout)
         workdir = resolve_cwd(cwd, self.cwd)
@@ -578,7 +676,9 @@ class DockerSandbox:
             text += f"\n[command killed: it kept writing output ({cap.total} bytes)]"
         if end is not None:
             code, fired = end
-            timed_out = fired == 0 and code >= 128  # the timer's kill succeeded and the command died of it
+            # The timer's kill succeeded and the command died of it. The timer's own status is lost
+            # when the wrapper reaps it a moment after it fired: then the clock says so.
+            timed_out = code >= 128 and (fired == 0 or time.monotonic() - started >= limit)
             exit_code = -1 if (timed_out or flood_killed) else code
         elif host_timed_out:
             timed_out, exit_code = True, -1
@@ -586,10 +686,31 @@ class DockerSandbox:
             timed_out, exit_code = False, self._exit_code(exec_id)
             if exit_code == 0:
                 exit_code = -1
-            if exit_code == 137:
-                text += "\n[killed by signal 9 (SIGKILL): the sandbox may be out of memory]"
+        if exit_code == 137 and not timed_out:
+            text += ("" if text.endswith("\n") or not text else "\n") + self._why_killed()
         return ExecResult(exit_code=exit_code, output=text, timed_out=timed_out, truncated=truncated,
                           duration=time.monotonic() - started)
+
+    def _why_killed(self) -> str:
+        """A note for a command that died of SIGKILL: did the memory limit do it?"""
+        kills = self._oom_kills()
+        if kills is None:
+            return "[killed by signal 9 (SIGKILL); the sandbox may be out of memory]"
+        seen, self._oom_seen = self._oom_seen, max(self._oom_seen, kills)
+        if kills > seen:
+            return (f"[killed: the sandbox ran out of memory (limit {self.settings.memory}); "
+                    f"its largest process was killed]")
+        return "[killed by signal 9 (SIGKILL)]"
+
+    def _oom_kills(self) -> int | None:
+        """The container's count of out-of-memory kills (cgroup v1 or v2), None if unreadable."""
+        try:
+            out, _, _ = self._run_plain(["cat", "/sys/fs/cgroup/memory.events",
+                                         "/sys/fs/cgroup/memory/memory.oom_control"], None, 10.0)
+        except (SandboxError, DockerException, OSError):
+            return None
+        m = re.search(rb"^oom_kill (\d+)", out, re.M)
+        return int(m.group(1)) if m else None
 
     # -- files ----------------------------------------------------------------
 
@@ -623,6 +744,9 @@ class DockerSandbox:
         return max(self.settings.command_timeout, 30.0) + size / (5 << 20)
 
     def read_file(self, path: str) -> bytes:
+        return self._stopped_run_wins(self._read_file, path)
+
+    def _read_file(self, path: str) -> bytes:
         out, err, code = self._run_plain(["sh", "-c", _READ, "hermes-read", self.cwd, path], None, self._file_timeout())
         if code == 0:
             return out
@@ -630,6 +754,9 @@ class DockerSandbox:
         raise AssertionError  # unreachable
 
     def write_file(self, path: str, data: bytes) -> None:
+        self._stopped_run_wins(self._write_file, path, data)
+
+    def _write_file(self, path: str, data: bytes) -> None:
         if isinstance(data, str):
             data = data.encode("utf-8")
         _, err, code = self._run_plain(["sh", "-c", _WRITE, "hermes-write", self.cwd, path], bytes(data),
@@ -664,7 +791,7 @@ def _check_tmpfs_budget(s: SandboxSettings, mounts: int) -> None:
         total, memory = parse_bytes(s.tmpfs_size) * mounts, parse_bytes(s.memory)
     except Exception:  # noqa: BLE001 - the engine will reject a bad size itself
         return
-    if total >= memory:
+    if memory and total >= memory:
         log.warning("sandbox tmpfs: %d mounts x %s = %d MiB >= memory %s: filling them will get the whole "
                     "container OOM-killed; lower tmpfs_size or raise memory", mounts, s.tmpfs_size,
                     total >> 20, s.memory)
@@ -678,26 +805,76 @@ def _is_root(user: str) -> bool:
 # --------------------------------------------------------------------------- leftovers
 
 
-def cleanup(run_id: str | None = None, *, client: docker.DockerClient | None = None) -> int:
-    """Remove containers labelled by this product: all of them, or one run's. Returns how many."""
+@dataclass(frozen=True)
+class Leftover:
+    id: str
+    name: str
+    run: str
+    owner: str
+    alive: bool | None  # is its owner process still running? None: cannot tell (another host, no label)
+
+
+def leftovers(run_id: str | None = None, *, client: docker.DockerClient | None = None) -> list[Leftover]:
+    """This product's containers (every run's, or one run's), each with whether its owner lives."""
     client = client or get_client()
     label = LABEL_RUN if run_id is None else f"{LABEL_RUN}={run_id}"
     try:
         found = client.api.containers(all=True, filters={"label": label})
     except DockerException as e:
         raise SandboxError(f"cannot list containers: {e}") from e
-    removed = 0
+    out = []
     for c in found:
-        try:
-            client.api.remove_container(c["Id"], force=True, v=True)
-            removed += 1
-        except NotFound:
-            pass
-        except DockerException as e:
-            log.warning("could not remove leftover container %s: %s", c["Id"][:12], e)
+        labels = c.get("Labels") or {}
+        owner = labels.get(LABEL_OWNER, "")
+        out.append(Leftover(id=c["Id"], name=(c.get("Names") or ["/?"])[0].lstrip("/"), run=labels.get(LABEL_RUN, ""),
+                            owner=owner, alive=lifecycle.owner_alive(owner, c.get("Created"))))
+    return out
+
+
+def remove(containers: list[Leftover] | list[str], *, client: docker.DockerClient | None = None) -> int:
+    """Force-remove containers (and their anonymous volumes), a few at once. Returns how many went."""
+    client = client or get_client()
+    ids = [c.id if isinstance(c, Leftover) else c for c in containers]
+    if not ids:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(8, len(ids)), thread_name_prefix="sandbox-remove") as pool:
+        return sum(pool.map(lambda cid: _remove(client, cid), ids))
+
+
+def _remove(client: docker.DockerClient, cid: str) -> bool:
+    try:
+        client.api.remove_container(cid, force=True, v=True)
+        return True
+    except NotFound:
+        return False
+    except DockerException as e:
+        log.warning("could not remove sandbox container %s: %s", cid[:12], e)
+        return False
+
+
+def cleanup(run_id: str | None = None, *, include_live: bool = False,
+            client: docker.DockerClient | None = None) -> int:
+    """Remove the containers of runs that are no longer alive (every run's, or `run_id`'s).
+
+    `include_live` removes the others too: those of live runs, and those whose owner this
+    host cannot see (another host, or no owner label). Returns how many were removed.
+    """
+    gone = [c for c in leftovers(run_id, client=client) if include_live or c.alive is False]
+    removed = remove(gone, client=client)
     if removed:
         log.info("removed %d leftover sandbox container(s)%s", removed, f" of run {run_id}" if run_id else "")
     return removed
+
+
+def remove_own(run_id: str) -> int:
+    """Remove every container this process made for `run_id`, on a client of its own, so that a
+    signal handler never waits for a lock the interrupted main thread may hold."""
+    client = docker.from_env(timeout=30)
+    try:
+        me = lifecycle.owner_label()
+        return remove([c for c in leftovers(run_id, client=client) if c.owner == me], client=client)
+    finally:
+        client.close()
 
 
 @atexit.register

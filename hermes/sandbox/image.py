@@ -11,6 +11,8 @@ Two recipes:
 
     python -m hermes.sandbox.image build [--tag T] [--offline|--registry]
     python -m hermes.sandbox.image ensure [--tag T]      # build offline only when missing
+    python -m hermes.sandbox.image cleanup [--run NAME] [--all] [--dry-run]
+                                                        # containers of runs no longer alive
 """
 from __future__ import annotations
 
@@ -208,6 +210,24 @@ def ensure_default_image(tag: str = DEFAULT_TAG, *, client: docker.DockerClient 
         return tag
 
 
+def _cleanup_command(run: str | None, everything: bool, dry_run: bool) -> int:
+    from hermes.sandbox.docker import leftovers, remove
+
+    found = leftovers(run)
+    gone = [c for c in found if everything or c.alive is False]
+    kept = [c for c in found if c not in gone]
+    for c in gone:
+        state = {False: "owner dead", True: "owner alive", None: "owner unknown"}[c.alive]
+        print(f"{'would remove' if dry_run else 'removing'} {c.name}  run={c.run}  owner={c.owner or '?'} ({state})")
+    if dry_run:
+        print(f"would remove {len(gone)} container(s)")
+    else:
+        print(f"removed {remove(gone)} container(s)")
+    if kept:
+        print(f"kept {len(kept)} container(s) of live runs or of owners this host cannot check; --all removes them too")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hermes.sandbox.image", description="Build the hermes sandbox image.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -220,16 +240,17 @@ def main(argv: list[str] | None = None) -> int:
                      help="deployments/sandbox/Dockerfile: Debian with python3; needs a registry")
     e = sub.add_parser("ensure", help="build offline only when the tag is missing")
     e.add_argument("--tag", default=DEFAULT_TAG)
-    c = sub.add_parser("cleanup", help="remove containers left behind by hermes-batch runs")
+    c = sub.add_parser("cleanup", help="remove containers left behind by hermes-batch runs that are no longer alive")
     c.add_argument("--run", default=None, help="only this run's containers")
+    c.add_argument("--all", action="store_true",
+                   help="also containers of live runs and of runs this host cannot check (another host)")
+    c.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     started = time.monotonic()
     try:
         if args.cmd == "cleanup":
-            from hermes.sandbox import cleanup
-
-            print(f"removed {cleanup(args.run)} container(s)")
+            return _cleanup_command(args.run, args.all, args.dry_run)
         elif args.cmd == "ensure":
             ensure_default_image(args.tag)
             print(f"{args.tag} ready ({time.monotonic() - started:.2f}s)")

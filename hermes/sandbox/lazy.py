@@ -1,30 +1,67 @@
-"""A sandbox made on first use, so a prompt that never calls a tool never costs a container."""
+"""A prompt's sandbox, made on first use or, with prefetch, while the model is thinking.
+
+Without prefetch a prompt that never calls a tool never costs a container. With prefetch the
+container is started in a background thread as the prompt starts, so the first tool call
+finds it ready instead of waiting for `docker run`; close() waits for a creation still under
+way and removes its result, so no path leaks a container.
+"""
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
 from typing import Callable
 
-from hermes.sandbox.base import ExecResult, Sandbox
+from hermes.sandbox.base import ExecResult, Sandbox, SandboxError
 
 
 class LazySandbox:
-    def __init__(self, factory: Callable[[], Sandbox], command_timeout: float):
+    def __init__(self, factory: Callable[[], Sandbox], command_timeout: float, *, prefetch: bool = False):
         self._factory = factory
         self.command_timeout = command_timeout  # known before the sandbox exists: tools cap by it
+        #: seconds the first tool call waited for the sandbox (None: no tool call yet)
+        self.wait: float | None = None
         self._sandbox: Sandbox | None = None
+        self._failure: BaseException | None = None
+        self._building: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        if prefetch:
+            self._prefetch()
 
     @property
     def started(self) -> bool:
         return self._sandbox is not None
 
+    def _prefetch(self) -> None:
+        run = contextvars.copy_context().run  # its logs belong to this prompt's run
+        self._building = threading.Thread(target=run, args=(self._build,), name="sandbox-prefetch")
+        self._building.start()
+
+    def _build(self) -> None:
+        try:
+            self._sandbox = self._factory()
+        except BaseException as e:  # handed to the first tool call, which reports it
+            self._failure = e
+
+    def _await_prefetch(self) -> None:
+        building, self._building = self._building, None
+        if building is not None:
+            building.join()
+
     def _get(self) -> Sandbox:
+        asked = time.monotonic()
         with self._lock:
             if self._closed:
-                raise RuntimeError("sandbox already closed")
+                raise SandboxError("sandbox already closed")
+            self._await_prefetch()
+            failure, self._failure = self._failure, None
+            if failure is not None:
+                raise failure  # once: a later call tries again
             if self._sandbox is None:
                 self._sandbox = self._factory()
+            if self.wait is None:
+                self.wait = time.monotonic() - asked
             return self._sandbox
 
     def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
@@ -39,6 +76,7 @@ class LazySandbox:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._await_prefetch()
             sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             sandbox.close()
