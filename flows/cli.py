@@ -109,6 +109,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from flows.batch import TooManyFailedPrompts, batch_run
     from hermes.stats import format_table
 
+    _exit_promptly_on_interrupt()
     try:
         stats = batch_run(settings=settings)
     except TooManyFailedPrompts as e:
@@ -122,6 +123,31 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = os.path.join(settings.output_dir, settings.run_name)
     print(f"\ntrajectories: {os.path.join(out, 'trajectories.jsonl')}\nstatistics:   {os.path.join(out, 'statistics.json')}")
     return 0
+
+
+def _exit_promptly_on_interrupt() -> None:
+    """Ctrl-C or SIGTERM ends a command-line run at once.
+
+    Every finished prompt is already synced to its batch file and the run's containers are
+    removed by the run's own handler (which runs first and then calls this one), so nothing is
+    lost by exiting now; waiting instead means minutes of Prefect retrying calls to its embedded
+    server, which the same Ctrl-C has stopped.
+    """
+    import signal
+
+    def handler(signum, frame):
+        sys.stderr.write("\ninterrupted: every finished prompt is saved; continue with --resume\n")
+        try:
+            from prefect.server.api.server import SubprocessASGIServer
+
+            for server in list(SubprocessASGIServer._instances.values()):
+                server.stop()
+        except Exception:
+            pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _validation_text(e: ValidationError) -> str:
