@@ -19,6 +19,7 @@ import pytest
 from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
+from tests.helpers import tool_responses
 
 RUN = f"abuse-{secrets.token_hex(3)}"
 LIMITS = dict(command_timeout=5, memory="128m", tmpfs_size="16m", pids_limit=64, output_limit=2000)
@@ -58,15 +59,6 @@ def attacks(marker: Path, llm_port: int) -> dict[str, str]:
                                  "cp /bin/busybox /tmp/bb2 && chown 0:0 /tmp/bb2",
                                  "grep -E 'CapEff|NoNewPrivs' /proc/self/status")),
     }
-
-
-def tool_results(entry: dict) -> list[dict]:
-    """Every tool result of an entry, in order: {"name", "content"} with JSON content parsed."""
-    out = []
-    for turn in entry["conversations"]:
-        if turn["from"] == "tool":
-            out += [json.loads(b) for b in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", turn["value"], re.S)]
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +103,7 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
 def results(abuse_run, case: str) -> list[dict]:
     entry = abuse_run["entries"][case]
     assert entry["completed"] and entry["hermes"]["status"] == "completed", entry["hermes"]
-    return [r["content"] for r in tool_results(entry)]
+    return [r["content"] for r in tool_responses(entry)]
 
 
 def test_every_prompt_of_the_run_finished(abuse_run):
@@ -124,7 +116,7 @@ def test_every_prompt_of_the_run_finished(abuse_run):
 
 def test_normal_prompts_are_unharmed(abuse_run):
     for i in range(3):
-        out = {r["name"]: r["content"] for r in tool_results(abuse_run["entries"][f"normal_{i}"])}
+        out = {r["name"]: r["content"] for r in tool_responses(abuse_run["entries"][f"normal_{i}"])}
         assert out["write_file"].get("error") is None
         assert out["terminal"]["exit_code"] == 0 and out["terminal"]["output"].strip()
         assert "token " in out["read_file"]["content"]

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -20,28 +18,11 @@ import pytest
 
 from hermes.mock_llm import MockLLM
 from tests.prefect_server import running_prefect_server
+from tests.helpers import until, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "jobs-key-5d2"
 pytestmark = [pytest.mark.prefect, pytest.mark.docker]
-
-
-def until(predicate, what: str, timeout: float = 180.0):
-    """Poll until predicate() is truthy (a bound against hanging, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +58,7 @@ def api(prefect, mock, sandbox_image, tmp_path_factory) -> Iterator[httpx.Client
             except httpx.HTTPError:
                 return False
 
-        until(up, "hermes-batch serve to answer")
+        until(up, "hermes-batch serve to answer", timeout=180)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as client:
             yield client
     finally:
@@ -153,7 +134,7 @@ def test_a_prompt_job_is_a_scheduled_prefect_deployment_paused_resumed_run_and_d
         state = prefect_client.read_flow_run(flow_run.id).state
         return state if state.is_final() else None
 
-    state = until(finished, "the job's flow run to finish")
+    state = until(finished, "the job's flow run to finish", timeout=180)
     assert state.type == StateType.COMPLETED, state
 
     def answer_logged():
@@ -162,7 +143,7 @@ def test_a_prompt_job_is_a_scheduled_prefect_deployment_paused_resumed_run_and_d
         logs = prefect_client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
         return any("The nightly answer." in log.message for log in logs)
 
-    until(answer_logged, "the agent's answer in the flow run's logs")  # the agent ran, tools and all
+    until(answer_logged, "the agent's answer in the flow run's logs", timeout=180)  # the agent ran, tools and all
     assert api.get(f"/api/jobs/{job['id']}").json()["last_run"]["state"] == "completed"
 
     assert api.delete(f"/api/jobs/{job['id']}").json() == {"object": "hermes.job", "id": job["id"], "deleted": True}

@@ -3,7 +3,6 @@ the bundled scripted model server upstream, tool calls in real Docker sandboxes.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,15 +15,12 @@ from hermes.api import ApiSettings, create_app
 from hermes.api.server import ServerThread
 from hermes.api.service import API_LABEL
 from hermes.mock_llm import MockLLM
+from tests.helpers import script, until
 
 KEY = "test-key-7c1e"
 JSON = {"Content-Type": "application/json"}
 SECURITY = {"x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
 pytestmark = pytest.mark.docker
-
-
-def script(*turns: dict) -> str:
-    return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
 
 
 def terminal(command: str) -> dict:
@@ -33,18 +29,6 @@ def terminal(command: str) -> dict:
 
 #: a command that runs until the test lets it finish (by creating /tmp/release in its sandbox)
 HOLD = "while [ ! -f /tmp/release ]; do sleep 0.1; done; echo released"
-
-
-def until(predicate, what: str, timeout: float = 120.0):
-    """Poll until predicate() is truthy (a bound against hanging, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def api_containers(docker_engine, **labels: str) -> list:

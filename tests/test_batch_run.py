@@ -11,33 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
+from tests.helpers import script, write_dataset, read_jsonl, tool_responses
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def script(*turns) -> str:
-    return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
-
-
-def write_dataset(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
-
-
-def tool_responses(entry: dict) -> list[dict]:
-    """Every <tool_response> block of an entry, parsed."""
-    out = []
-    for turn in entry["conversations"]:
-        if turn["from"] == "tool":
-            out += [json.loads(b) for b in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", turn["value"], re.S)]
-    return out
 
 
 @pytest.fixture

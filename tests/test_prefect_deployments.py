@@ -23,24 +23,12 @@ import pytest
 from hermes.rundir import RunLock
 from tests.conftest import containers_of
 from tests.prefect_server import PrefectServer, running_prefect_server
+from tests.helpers import script, write_dataset, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "hermes"  # the work pool named in prefect.yaml
 FINAL_WAIT = 420  # seconds before a run that never ends is reported (not a timing assertion)
 RUN_NAMES: list[str] = []  # containers of these runs are removed at teardown, whatever happened
-
-
-def script(*turns) -> str:
-    return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
-
-
-def write_dataset(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from hermes.mock_llm import MockLLM
 from hermes.status import run_status
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.test_batch_run import read_jsonl, script, write_dataset
+from tests.helpers import read_jsonl, script, write_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,6 +21,7 @@ import pytest
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import SandboxSettings, SandboxSpec
 from tests.conftest import containers_of
+from tests.helpers import script
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.docker
@@ -28,10 +29,6 @@ pytestmark = pytest.mark.docker
 
 def uniq(name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
-
-
-def script(*turns: dict) -> str:
-    return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
 
 
 SLEEPER = script({"reasoning": "Wait for it.", "tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 60"}}]},

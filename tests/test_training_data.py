@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes.settings import RunSettings
-from tests.test_batch_run import read_jsonl, script, write_dataset
+from tests.helpers import read_jsonl, script, write_dataset
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

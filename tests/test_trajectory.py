@@ -5,7 +5,6 @@ Expected values are written out literally; nothing here is computed with the cod
 
 import logging
 
-import pytest
 
 from hermes.trajectory import format_assistant, system_prompt, to_sharegpt
 
