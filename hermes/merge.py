@@ -86,3 +86,39 @@ def merge(run_path: Path) -> dict[str, Any]:
 def _reason(error: str) -> str:
     """Group failures by the first line of their message, cut short, so the counts stay readable."""
     return error.splitlines()[0][:120] if error else "unknown error"
+
+
+_PREVIEW = 160  # characters of a failed prompt shown in reports
+
+
+def failed_prompts(run_path: Path, limit: int = 500) -> list[dict[str, Any]]:  # 500 rows keep the UI usable
+    """The prompts whose latest outcome is a failure and that never succeeded, with their reasons.
+
+    Read from the journal (the batch files), as merge does: a prompt that failed and later
+    succeeded on --resume is not listed.
+    """
+    last_failed: dict[str, dict[str, Any]] = {}
+    succeeded: set[str] = set()
+    for _, path in journal.batch_files(run_path):
+        for entry in journal.read(path):
+            meta = entry.get("hermes") or {}
+            key = meta.get("key")
+            if meta.get("status") == "failed":
+                last_failed[key] = entry
+            else:
+                succeeded.add(key)
+    rows = []
+    for key, entry in last_failed.items():
+        if key in succeeded:
+            continue
+        meta = entry.get("hermes") or {}
+        human = next((t.get("value", "") for t in entry.get("conversations", []) if t.get("from") == "human"), "")
+        preview = " ".join(str(human).split())
+        rows.append({
+            "prompt_index": entry.get("prompt_index"),
+            "batch": (entry.get("metadata") or {}).get("batch_num"),
+            "reason": (meta.get("error") or "unknown error").strip()[:500],
+            "prompt": preview[:_PREVIEW] + ("…" if len(preview) > _PREVIEW else ""),
+        })
+    rows.sort(key=lambda r: (r["prompt_index"] is None, r["prompt_index"]))
+    return rows[:limit]

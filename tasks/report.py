@@ -18,11 +18,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from hermes import journal
-
-#: rows of the failed-prompts table; the UI stays usable, the batch files hold the rest
-MAX_FAILED_ROWS = 500
-PROMPT_PREVIEW = 160
+from hermes.merge import failed_prompts
 
 
 class TooManyFailedPrompts(RuntimeError):
@@ -41,39 +37,6 @@ def artifact_key(run_name: str) -> str:
 def failed_share(stats: dict[str, Any]) -> float:
     total = stats.get("total_prompts") or 0
     return stats.get("prompts_failed", 0) / total if total else 0.0
-
-
-def failed_prompts(run_path: Path, limit: int = MAX_FAILED_ROWS) -> list[dict[str, Any]]:
-    """The prompts whose latest outcome is a failure and that never succeeded, with their reasons.
-
-    Read from the journal (the batch files), as merge does: a prompt that failed and later
-    succeeded on --resume is not listed.
-    """
-    last_failed: dict[str, dict[str, Any]] = {}
-    succeeded: set[str] = set()
-    for _, path in journal.batch_files(run_path):
-        for entry in journal.read(path):
-            meta = entry.get("hermes") or {}
-            key = meta.get("key")
-            if meta.get("status") == "failed":
-                last_failed[key] = entry
-            else:
-                succeeded.add(key)
-    rows = []
-    for key, entry in last_failed.items():
-        if key in succeeded:
-            continue
-        meta = entry.get("hermes") or {}
-        human = next((t.get("value", "") for t in entry.get("conversations", []) if t.get("from") == "human"), "")
-        preview = " ".join(str(human).split())
-        rows.append({
-            "prompt_index": entry.get("prompt_index"),
-            "batch": (entry.get("metadata") or {}).get("batch_num"),
-            "reason": (meta.get("error") or "unknown error").strip()[:500],
-            "prompt": preview[:PROMPT_PREVIEW] + ("…" if len(preview) > PROMPT_PREVIEW else ""),
-        })
-    rows.sort(key=lambda r: (r["prompt_index"] is None, r["prompt_index"]))
-    return rows[:limit]
 
 
 @task(name="publish-report", cache_policy=NONE)
