@@ -7,6 +7,7 @@ a prompt listed three times has three keys and needs three completions.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 import json
 from collections import Counter
 from pathlib import Path
@@ -51,7 +52,8 @@ class PromptRow(BaseModel):
         return dict(self.model_extra or {})
 
 
-class Row(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Row:
     """A row placed in the run: its index among the dataset's rows, its line and content key."""
 
     index: int
@@ -61,8 +63,9 @@ class Row(BaseModel):
 
 
 def content_hash(row: PromptRow) -> str:
-    payload = json.dumps([row.prompt, row.container_image, row.cwd], ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+    # repr of a tuple of str/None is unambiguous and cheap (json.dumps was most of planning's time).
+    payload = repr((row.prompt, row.container_image, row.cwd))
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _describe(err: ValidationError) -> str:
@@ -92,21 +95,16 @@ def load_rows(path: str | Path, *, max_samples: int | None = None, skip_bad: boo
             if not raw.strip():
                 continue
             try:
-                data = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                problems.append(f"{path}:{lineno}: not UTF-8 (byte {e.start})")
-                continue
-            except json.JSONDecodeError as e:
-                problems.append(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(data, dict):
-                problems.append(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-                continue
-            try:
-                row = PromptRow.model_validate(data)
-            except ValidationError as e:
-                problems.append(f"{path}:{lineno}: {_describe(e)}")
-                continue
+                # Fast path: pydantic parses and validates in one go (a million rows in seconds).
+                row = PromptRow.model_validate_json(raw)
+            except ValidationError:
+                row = None
+            if row is None:
+                problem = _problem(raw, path, lineno)
+                if problem:
+                    problems.append(problem)
+                    continue
+                row = PromptRow.model_validate(json.loads(raw))
             h = content_hash(row)
             occurrence = seen[h]
             seen[h] += 1
@@ -114,3 +112,20 @@ def load_rows(path: str | Path, *, max_samples: int | None = None, skip_bad: boo
     if problems and not skip_bad:
         raise DatasetError(str(path), problems)
     return rows, problems
+
+
+def _problem(raw: bytes, path: Path, lineno: int) -> str | None:
+    """Why a line is bad, in words that name the line and the field (the slow path, bad lines only)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return f"{path}:{lineno}: not UTF-8 (byte {e.start})"
+    except json.JSONDecodeError as e:
+        return f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})"
+    if not isinstance(data, dict):
+        return f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}"
+    try:
+        PromptRow.model_validate(data)
+    except ValidationError as e:
+        return f"{path}:{lineno}: {_describe(e)}"
+    return None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes import journal, rundir
-from hermes.stats import aggregate_reasoning, aggregate_tool_stats
+from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
 
 KEPT = ("completed", "partial")
 
@@ -24,8 +24,8 @@ def merge(run_path: Path) -> dict[str, Any]:
     done: set[str] = set()
     last_failure: dict[str, str] = {}
     counts = Counter()
-    tool_stats: list[dict] = []
-    reasoning: list[dict] = []
+    tool_totals: dict[str, dict] = {}  # summed as we go: memory does not grow with the run
+    reasoning_totals: dict[str, int] = {}
     usage = Counter()
     api_calls = 0
     batches = journal.batch_files(run_path)
@@ -51,8 +51,8 @@ def merge(run_path: Path) -> dict[str, Any]:
                     counts["dropped_hallucinated_tools"] += 1
                     continue
                 counts[status] += 1
-                tool_stats.append(entry["tool_stats"])
-                reasoning.append(meta.get("reasoning") or {})
+                add_tool_stats(tool_totals, entry["tool_stats"])
+                add_reasoning(reasoning_totals, meta.get("reasoning"))
                 out.write(json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n")
         out.flush()
     tmp.replace(run_path / "trajectories.jsonl")
@@ -67,8 +67,8 @@ def merge(run_path: Path) -> dict[str, Any]:
         "model": manifest.get("model"),
         "completed_at": datetime.now().isoformat(timespec="seconds"),
         "duration_seconds": rundir.total_seconds(run_path),
-        "tool_statistics": aggregate_tool_stats(tool_stats),
-        "reasoning_statistics": aggregate_reasoning(reasoning),
+        "tool_statistics": aggregate_tool_stats([tool_totals]),
+        "reasoning_statistics": aggregate_reasoning([reasoning_totals]),
         "trajectories_written": counts["completed"] + counts["partial"],
         "prompts_completed": counts["completed"],
         "prompts_partial": counts["partial"],

@@ -103,25 +103,37 @@ def _percent(part: int, whole: int) -> float:
     return round(part / whole * 100, 2) if whole else 0.0
 
 
+def add_tool_stats(totals: dict[str, dict], tool_stats: dict | None) -> dict[str, dict]:
+    """Add one entry's ``tool_stats`` into running ``totals`` (so a run is summed in one pass)."""
+    for name, s in (tool_stats or {}).items():
+        t = totals.setdefault(name, {"count": 0, "success": 0, "failure": 0})
+        for key in t:
+            t[key] += s.get(key, 0)
+    return totals
+
+
 def aggregate_tool_stats(entries: Iterable[dict]) -> dict:
     """Sum per-entry ``tool_stats`` dicts; add success/failure rates in percent (2 decimals)."""
     totals: dict[str, dict] = {}
     for tool_stats in entries:
-        for name, s in (tool_stats or {}).items():
-            t = totals.setdefault(name, {"count": 0, "success": 0, "failure": 0})
-            for key in t:
-                t[key] += s.get(key, 0)
+        add_tool_stats(totals, tool_stats)
     return {name: {**t, "success_rate": _percent(t["success"], t["count"]),
                    "failure_rate": _percent(t["failure"], t["count"])}
             for name, t in sorted(totals.items())}
+
+
+def add_reasoning(totals: dict[str, int], counts: dict | None) -> dict[str, int]:
+    """Add one entry's ``reasoning_counts`` into running ``totals`` (other keys are ignored)."""
+    for key in REASONING_KEYS:
+        totals[key] = totals.get(key, 0) + (counts or {}).get(key, 0)
+    return totals
 
 
 def aggregate_reasoning(entries: Iterable[dict]) -> dict:
     """Sum per-entry ``reasoning_counts`` dicts (other keys are ignored)."""
     totals = dict.fromkeys(REASONING_KEYS, 0)
     for counts in entries:
-        for key in REASONING_KEYS:
-            totals[key] += (counts or {}).get(key, 0)
+        add_reasoning(totals, counts)
     return totals
 
 
