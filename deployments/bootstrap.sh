@@ -15,16 +15,23 @@ log "installing the hermes-batch package and its test dependencies"
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 
-if ! docker info >/dev/null 2>&1; then
+engine_answers() { timeout 20 docker info >/dev/null 2>&1; }
+if ! engine_answers; then
   if ! command -v dockerd >/dev/null 2>&1; then
     log "no Docker engine: installing docker.io"
     apt_install docker.io || { log "cannot install Docker here; install it and start the engine, then run this again"; exit 1; }
   fi
-  if ! docker info >/dev/null 2>&1; then
+  if pgrep -x dockerd >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    # An engine that runs but does not answer is hung: restart it rather than wait forever.
+    log "dockerd runs but does not answer: restarting it"
+    pkill -x dockerd || true
+    for _ in $(seq 30); do pgrep -x dockerd >/dev/null || break; sleep 1; done
+  fi
+  if ! engine_answers; then
     log "starting dockerd"
     as_root sh -c 'nohup dockerd >/var/log/hermes-dockerd.log 2>&1 &'
-    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-    docker info >/dev/null 2>&1 || { log "dockerd did not answer within 60 s; see /var/log/hermes-dockerd.log"; exit 1; }
+    for _ in $(seq 60); do engine_answers && break; sleep 1; done
+    engine_answers || { log "dockerd did not answer within 60 s; see /var/log/hermes-dockerd.log"; exit 1; }
   fi
 fi
 log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
