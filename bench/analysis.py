@@ -126,7 +126,8 @@ def w1(f: dict, missed: list, res: dict) -> str:
 
 PROMPT_PROFILE = (
     "A wall-clock py-spy profile of our prompt threads in this workload's setup (40 prompts, 4 workers, "
-    "zero-latency model, Docker; slot-waiting excluded) split a prompt's time as: terminal exec 25%, "
+    "zero-latency model, Docker; slot-waiting excluded; taken while building the benchmark, on the work tree "
+    "of that hour, prefetch included) split a prompt's time as: terminal exec 25%, "
     "waiting for its container (create+start; prefetch starts it with the prompt, but a zero-latency "
     "model asks for a tool at once) 18%, model calls 16%, container removal 15%, read_file exec 11%, "
     "write_file exec 10%, journal append 3%."

@@ -206,7 +206,7 @@ def render(res: dict) -> str:
                f"**The machine was shared with other developers' test suites during the run**: busy cores "
                f"not ours just before each workload: {', '.join(f'w{k}: {_f(v, 2)}' for k, v in meta['other_load'].items())}; "
                "every comparison below is between runs made minutes apart in the same invocation, "
-               "interleaved reference, ours, reference, ours, so both systems saw similar load. "
+               "interleaved (reference, ours, ours with a standing Prefect server, then again), so all saw similar load. "
                "Numbers of different invocations are not comparable to each other.\n")
     out.append("## What was run\n")
     out.append(_table(["workload", "sizes run", "issue's sizes", "repeats"], meta["sizes"]) + "\n")
