@@ -40,6 +40,7 @@ from hermes.rundir import RunRefused  # noqa: E402
 from hermes.sandbox.base import SandboxSettings  # noqa: E402
 from hermes.settings import RunSettings  # noqa: E402
 
+ENGINES = ("prefect", "direct")
 USER_ERRORS = (DatasetError, DistributionError, RunRefused, ValueError, FileNotFoundError)
 
 
@@ -72,6 +73,10 @@ def run_parser(prog: str) -> argparse.ArgumentParser:
     _add_model_flags(p, SandboxSettings, prefix="sandbox_")
     p.add_argument("--api_key", default=None, help="API key (else HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY)")
     p.add_argument("--list_distributions", action="store_true", help="print the toolset distributions and exit")
+    p.add_argument("--engine", choices=ENGINES, default=os.environ.get("HERMES_ENGINE") or "prefect",
+                   help="prefect (default; env HERMES_ENGINE): a Prefect flow run, on the server PREFECT_API_URL "
+                        "names or else on Prefect's embedded server, booted for this run (seconds); direct: the same "
+                        "run without Prefect (no server, no flow-run records or artifacts; same outputs and resume)")
     return p
 
 
@@ -79,7 +84,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
     values: dict[str, Any] = {}
     sandbox: dict[str, Any] = {}
     for k, v in vars(args).items():
-        if v is None or k in ("api_key", "list_distributions", "command"):
+        if v is None or k in ("api_key", "list_distributions", "command", "engine"):
             continue
         if k.startswith("sandbox_"):
             sandbox[k.removeprefix("sandbox_")] = v
@@ -89,9 +94,15 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
     return RunSettings(**values)
 
 
-def _setup_logging(verbose: bool) -> None:
-    # Prefect's console handler (PREFECT_LOGGING_EXTRA_LOGGERS=hermes) prints our logs too.
-    logging.getLogger("hermes").setLevel(logging.DEBUG if verbose else logging.INFO)
+def _setup_logging(verbose: bool, engine: str) -> None:
+    logger = logging.getLogger("hermes")
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if engine == "direct":
+        # Under Prefect its console handler prints our logs (PREFECT_LOGGING_EXTRA_LOGGERS=hermes).
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d | %(levelname)-7s | %(name)s - %(message)s",
+                                               "%H:%M:%S"))
+        logger.addHandler(handler)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -105,13 +116,20 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     if args.api_key:
         os.environ["HERMES_API_KEY"] = args.api_key  # kept out of flow parameters, which Prefect stores
-    _setup_logging(settings.verbose)
-    from flows.batch import TooManyFailedPrompts, batch_run
+    _setup_logging(settings.verbose, args.engine)
+    from hermes.outcome import TooManyFailedPrompts
     from hermes.stats import format_table
 
     _exit_promptly_on_interrupt()
     try:
-        stats = batch_run(settings=settings)
+        if args.engine == "direct":
+            from hermes import direct  # imports no Prefect: nothing of it to load or boot
+
+            stats = direct.run(settings)
+        else:
+            from flows.batch import batch_run
+
+            stats = batch_run(settings=settings)
     except TooManyFailedPrompts as e:
         print(format_table(e.stats))
         print(f"error: {e}", file=sys.stderr)
@@ -137,13 +155,14 @@ def _exit_promptly_on_interrupt() -> None:
 
     def handler(signum, frame):
         sys.stderr.write("\ninterrupted: every finished prompt is saved; continue with --resume\n")
-        try:
-            from prefect.server.api.server import SubprocessASGIServer
+        if "prefect" in sys.modules:  # --engine direct never loads it
+            try:
+                from prefect.server.api.server import SubprocessASGIServer
 
-            for server in list(SubprocessASGIServer._instances.values()):
-                server.stop()
-        except Exception:
-            pass
+                for server in list(SubprocessASGIServer._instances.values()):
+                    server.stop()
+            except Exception:
+                pass
         os._exit(128 + signum)
 
     signal.signal(signal.SIGINT, handler)

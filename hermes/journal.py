@@ -12,23 +12,58 @@ from pathlib import Path
 from typing import Any, Iterator
 
 BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
 
 
-def _lock_for(path: Path) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(str(path.resolve()), threading.Lock())
+class _SyncState:
+    """Appends to one file, and how many of them are known to be on disk."""
+
+    def __init__(self) -> None:
+        self.write_lock = threading.Lock()
+        self.sync_lock = threading.Lock()
+        self.written = 0
+        self.synced = 0
+
+
+_files: dict[str, _SyncState] = {}
+_files_guard = threading.Lock()
+
+
+def _state_for(path: Path) -> _SyncState:
+    key = str(path)
+    state = _files.get(key)
+    if state is None:
+        with _files_guard:
+            state = _files.setdefault(key, _SyncState())
+    return state
 
 
 def append(path: Path, entry: dict[str, Any]) -> None:
-    """Append one line, flushed and fsync'ed before returning: a finished prompt is never lost."""
-    line = json.dumps(entry, ensure_ascii=False) + "\n"
-    with _lock_for(path):
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+    """Append one line; return only once it is on disk: a finished prompt is never lost.
+
+    Group commit: prompts finishing together share one fsync. Whoever syncs first covers
+    every line written before its fsync began; the others find theirs covered and return.
+    """
+    data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    state = _state_for(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        with state.write_lock:
+            _write_all(fd, data)
+            state.written += 1
+            mine = state.written
+        with state.sync_lock:
+            if state.synced < mine:
+                covered = state.written  # every append counted here has finished its write
+                os.fsync(fd)  # syncs the file, whichever descriptor wrote the lines
+                state.synced = covered
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def batch_files(run_dir: Path) -> list[tuple[int, Path]]:

@@ -19,24 +19,12 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from hermes.merge import failed_prompts
-
-
-class TooManyFailedPrompts(RuntimeError):
-    """More than `max_failed_share` of a run's prompts failed. The outputs were still written."""
-
-    def __init__(self, message: str, stats: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.stats = stats or {}  # the run's statistics, as written to statistics.json
+from hermes.outcome import TooManyFailedPrompts, check_failed_share, failed_share  # noqa: F401  (re-exported)
 
 
 def artifact_key(run_name: str) -> str:
     # Artifact keys allow lowercase letters, digits and dashes only.
     return "".join(c if c.isalnum() else "-" for c in str(run_name).lower())
-
-
-def failed_share(stats: dict[str, Any]) -> float:
-    total = stats.get("total_prompts") or 0
-    return stats.get("prompts_failed", 0) / total if total else 0.0
 
 
 @task(name="publish-report", cache_policy=NONE)
@@ -113,15 +101,3 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def check_failed_share(stats: dict[str, Any], max_share: float, run_path: Path) -> None:
-    """Raise TooManyFailedPrompts when the run's failed share passes the threshold."""
-    share = failed_share(stats)
-    if share > max_share:
-        top = next(iter(stats.get("failure_reasons") or {}), "unknown")
-        raise TooManyFailedPrompts(
-            f"{stats['prompts_failed']} of {stats['total_prompts']} prompts failed ({share:.0%}), more than "
-            f"max_failed_share={max_share:g} allows. Outputs were still written to {Path(run_path).resolve()}. "
-            f"Most common reason: {top}. Fix the cause, then run again with resume=true (--resume on the command line) "
-            f"to retry the failed prompts.", stats)
