@@ -43,35 +43,43 @@ def _others(run: dict) -> float | None:
     return max(0.0, (run["machine_busy"] - run["cpu"] - run.get("mock_cpu", 0) - run.get("engine_cpu", 0)) / run["wall"])
 
 
-VARIANTS = (("ours", "ours"), ("ours-server", "ours, standing Prefect server"))
+VARIANTS = (("ours", "ours (default: Prefect flow, embedded server)"),
+            ("ours-server", "ours, standing Prefect server"),
+            ("ours-direct", "ours, --engine direct (no Prefect)"))
 
 
 def _metrics(runs: list[dict]) -> dict[str, float]:
     return {k: _med(runs, k) for k in ("prompts_per_s", "steady_prompts_per_s", "cpu_per_prompt", "peak_pss_mib", "ttfc")}
 
 
-def agent_summary(num: int, w: dict) -> tuple[list[list[str]], dict[str, Any]]:
+def present_variants(res: dict) -> list[tuple[str, str]]:
+    """The variants of ours that any agent workload of these results ran."""
+    ws = [w for w in res["workloads"].values() if isinstance(w, dict) and "spec" in w]
+    return [(v, label) for v, label in VARIANTS if any(w.get(v) for w in ws)] or [VARIANTS[0]]
+
+
+def agent_summary(num: int, w: dict, variants: list[tuple[str, str]]) -> tuple[list[list[str]], dict[str, Any]]:
     """Summary rows for workloads 1-4, and the verdict facts."""
     spec, lim = w["spec"], w["limit"]
     ref = _metrics(w["reference"])
     ours = {v: _metrics(w.get(v) or []) for v, _ in VARIANTS}
-    has_srv = bool(w.get("ours-server"))
+    ran = [v for v, _ in variants if w.get(v)]
     limit = median([x["per_second"] for x in lim]) if lim else None
     name = f"{num}. {spec['title']}"
     ref_note = " (shares containers between prompts)" if spec["docker"] else ""
-    o, sv = ours["ours"], ours["ours-server"]
 
     def row(label: str, key: str, digits: int = 2, inverse: bool = False, extra: str = "",
             no_ratio: bool = False) -> list[str]:
-        r, a, b = ref[key], o[key], sv[key]
+        r = ref[key]
+        cells = [_f(ours[v][key], digits) if v in ran else "–" for v, _ in variants]
         if no_ratio:
-            return ["", label, _f(r, digits), _f(a, digits), _f(b, digits) if has_srv else "–", "", extra]
-        ratio = _ratio(r, a) if inverse else _ratio(a, r)
-        ratio_s = _ratio(r, b) if inverse else _ratio(b, r)
+            return ["", label, _f(r, digits), *cells, "", extra]
         word = "× less" if inverse else "×"
-        cell = lambda x: _f(x, digits) if digits != 0 else _f(x, 0)  # noqa: E731
-        return ["", label, cell(r), cell(a), (cell(b) if has_srv else "–"),
-                (_f(ratio) + word if not math.isnan(ratio) else "–") + (f" / {_f(ratio_s)}{word}" if has_srv else ""), extra]
+        ratios = []
+        for v, _ in variants:
+            x = (_ratio(r, ours[v][key]) if inverse else _ratio(ours[v][key], r)) if v in ran else float("nan")
+            ratios.append("–" if math.isnan(x) else _f(x) + word)
+        return ["", label, _f(r, digits), *cells, " / ".join(ratios), extra]
 
     rows = [row("prompts/s, end to end", "prompts_per_s", extra=_f(limit) if limit else "–"),
             row("prompts/s, first to last model call", "steady_prompts_per_s"),
@@ -80,11 +88,12 @@ def agent_summary(num: int, w: dict) -> tuple[list[list[str]], dict[str, Any]]:
             row("time to first model call, s", "ttfc", no_ratio=True)]
     rows[0][0] = name
     rows[0][2] += ref_note
-    facts: dict[str, Any] = dict(ref=ref, ours=o, srv=sv, has_srv=has_srv, limit=limit, spec=spec)
+    facts: dict[str, Any] = dict(ref=ref, ours=ours["ours"], srv=ours["ours-server"], direct=ours["ours-direct"],
+                                 has_srv="ours-server" in ran, has_direct="ours-direct" in ran, limit=limit, spec=spec)
     verdicts: list[tuple[str, bool, str]] = []
     for v, label in VARIANTS:
         m = ours[v]
-        if v == "ours-server" and not has_srv:
+        if v not in ran:
             continue
         tag = "" if v == "ours" else f" ({label})"
         op, oc, os_ = m["prompts_per_s"], m["cpu_per_prompt"], m["steady_prompts_per_s"]
@@ -158,7 +167,7 @@ def _fill_phases(res: dict) -> None:
     except ImportError:  # an older bench.run already loaded in this process
         return
     for w in res["workloads"].values():
-        for run in (w.get("ours") or []) + (w.get("ours-server") or []) if isinstance(w, dict) and "spec" in w else []:
+        for run in [r for v, _ in VARIANTS for r in (w.get(v) or [])] if isinstance(w, dict) and "spec" in w else []:
             if run.get("phases") or run.get("reconstructed") or not Path(run["log"]).exists():
                 continue
             ended = run.get("ended") or Path(run["log"]).stat().st_mtime
@@ -171,7 +180,7 @@ def _fill_phases(res: dict) -> None:
     except ImportError:
         return
     for w in res["workloads"].values():
-        for run in (w.get("ours") or []) + (w.get("ours-server") or []) if isinstance(w, dict) and "spec" in w else []:
+        for run in [r for v, _ in VARIANTS for r in (w.get(v) or [])] if isinstance(w, dict) and "spec" in w else []:
             if run.get("prompt_stats"):
                 continue
             d = Path(run["log"]).parent / "data"
@@ -206,7 +215,7 @@ def render(res: dict) -> str:
                f"**The machine was shared with other developers' test suites during the run**: busy cores "
                f"not ours just before each workload: {', '.join(f'w{k}: {_f(v, 2)}' for k, v in meta['other_load'].items())}; "
                "every comparison below is between runs made minutes apart in the same invocation, "
-               "interleaved (reference, ours, ours with a standing Prefect server, then again), so all saw similar load. "
+               "interleaved (reference, then each variant of ours, then again), so all saw similar load. "
                "Numbers of different invocations are not comparable to each other.\n")
     out.append("## What was run\n")
     out.append(_table(["workload", "sizes run", "issue's sizes", "repeats"], meta["sizes"]) + "\n")
@@ -218,23 +227,25 @@ def render(res: dict) -> str:
     # ---------------------------------------------------------------- summary
     out.append("## Summary (medians over repeats)\n")
     rows: list[list[str]] = []
+    variants = present_variants(res)
     verdicts: list[tuple[str, str, bool, str]] = []
     facts: dict[str, Any] = {}
     for key in ("1", "2", "3", "4"):
         w = res["workloads"].get(key)
         if not w:
             continue
-        r, f = agent_summary(int(key), w)
+        r, f = agent_summary(int(key), w, variants)
         rows += r
         facts[key] = f
         verdicts += [(key, *v) for v in f["verdicts"]]
     if res["workloads"].get("5"):
         r, f = data_summary(res["workloads"]["5"])
-        rows += r
+        rows += [r_[:4] + [""] * (len(variants) - 1) + r_[5:] for r_ in r]
         facts["5"] = f
         verdicts += [("5", *v) for v in f["verdicts"]]
-    out.append(_table(["workload", "metric", "reference", "ours", "ours, standing Prefect server",
-                       "ours vs reference (/ with server)", "machine limit (sandboxes/s)"], rows) + "\n")
+    out.append(_table(["workload", "metric", "reference", *[label for _, label in variants],
+                       "ours vs reference (in column order)",
+                       "machine limit (sandboxes/s)"], rows) + "\n")
     out.append("### Targets\n")
     out.append(_table(["workload", "target", "result", "measured"],
                       [[k, t, "**met**" if ok else "**missed**", txt] for k, t, ok, txt in verdicts]) + "\n")
@@ -268,7 +279,7 @@ def render(res: dict) -> str:
         hdr = ["run", "system", "rc", "wall s", "prompts/s", "steady prompts/s", "CPU s/prompt", "peak PSS MiB",
                "peak RSS MiB", "procs", "first call s", "engine CPU s", "mock CPU s", "others' cores", "requests", "written"]
         rr = []
-        allruns = w["reference"] + w["ours"] + (w.get("ours-server") or [])
+        allruns = w["reference"] + [r for v, _ in VARIANTS for r in (w.get(v) or [])]
         for i, run in enumerate(sorted(allruns, key=lambda x: int(Path(x["log"]).parent.name.rsplit("-", 1)[1]))):
             rr.append([str(i), run["system"], str(run["rc"]), _f(run["wall"], 1), _f(run["prompts_per_s"]),
                        _f(run["steady_prompts_per_s"]), _f(run["cpu_per_prompt"], 3), _f(run["peak_pss_mib"], 0),
@@ -280,15 +291,17 @@ def render(res: dict) -> str:
             runs = [r for r in (w.get(v) or []) if r.get("phases")]
             if runs:
                 keys = ["launch_to_server_starting", "server_start", "launch_to_flow_begins", "flow_begins_to_first_call",
-                        "first_to_last_call", "last_call_to_flow_finished", "flow_finished_to_exit"]
+                        "launch_to_first_call", "first_to_last_call", "last_call_to_flow_finished",
+                        "flow_finished_to_exit", "last_call_to_exit"]
                 ph_rows.append([label] + [_f(median([r["phases"].get(k) for r in runs if r["phases"].get(k) is not None]))
                                           for k in keys] + [_f(_med(runs, "wall"), 1)])
         if ph_rows:
             out.append("Where our wall time went (medians, seconds; from Prefect's log timestamps and the model server's):\n")
             out.append(_table(["variant", "launch → embedded server starting", "embedded server start",
                                "launch → flow run begins (standing server)", "flow begins → first model call",
-                               "first → last model call", "last call → flow finished (merge, report)",
-                               "flow finished → exit", "wall"], ph_rows) + "\n")
+                               "launch → first model call (direct)", "first → last model call",
+                               "last call → flow finished (merge, report)", "flow finished → exit",
+                               "last call → exit (direct: merge)", "wall"], ph_rows) + "\n")
         ps_rows = []
         for v, label in VARIANTS:
             runs = [r for r in (w.get(v) or []) if r.get("prompt_stats")]

@@ -38,8 +38,9 @@ REFERENCE_VERSION = "0.19.0"
 VENV = BENCH / ".venv-reference"
 BENCH_IMAGE = "hermes-bench-sandbox:latest"
 BASE_IMAGE = "hermes-sandbox:latest"
-#: the systems compared; "ours-server" is ours with a standing `prefect server start` (PREFECT_API_URL)
-SHORT = {"reference": "ref", "ours": "our", "ours-server": "srv"}
+#: the systems compared: "ours" as a user runs it by default (a Prefect flow on the embedded server),
+#: "ours-server" with a standing `prefect server start` (PREFECT_API_URL), "ours-direct" with --engine direct
+SHORT = {"reference": "ref", "ours": "our", "ours-server": "srv", "ours-direct": "dir"}
 
 
 # --------------------------------------------------------------------------- set-up
@@ -119,6 +120,9 @@ def ours_phases(log_path: Path, started: float, ended: float, times: dict[str, A
     if last and "flow_finished" in marks:
         out["last_call_to_flow_finished"] = marks["flow_finished"] - last
         out["flow_finished_to_exit"] = ended - marks["flow_finished"]
+    if not fb and "server_starting" not in marks and first and last:  # --engine direct: no Prefect marks
+        out["launch_to_first_call"] = first - started
+        out["last_call_to_exit"] = ended - last
     return {k: round(v, 3) for k, v in out.items()}
 
 
@@ -219,6 +223,8 @@ class Systems:
             env["PREFECT_API_URL"] = self.server.api_url
         cmd = [sys.executable, str(self.src / "batch_runner.py"), *common, "--output_dir", str(out / "data"),
                "--sandbox_backend", "docker" if docker else "local", "--sandbox_image", BENCH_IMAGE]
+        if system == "ours-direct":
+            cmd += ["--engine", "direct"]
         return cmd, env, out
 
     def run(self, system: str, *, n: int, workers: int, latency: float, turns: int, docker: bool,
@@ -318,10 +324,10 @@ def workload_specs(a: argparse.Namespace) -> dict[int, dict[str, Any]]:
 
 
 def run_agent_workload(num: int, spec: dict[str, Any], systems: Systems, repeats: int, skip_ref: bool,
-                       timeout: float, server_variant: bool) -> dict[str, Any]:
+                       timeout: float, server_variant: bool, direct_variant: bool) -> dict[str, Any]:
     log(f"workload {num}: {spec['title']}: {spec['n']} prompts, {spec['workers']} workers, "
         f"{spec['turns']} calls of {spec['latency']}s, docker={spec['docker']}, {repeats} repeat(s)")
-    out: dict[str, Any] = {"spec": spec, "reference": [], "ours": [], "ours-server": [], "limit": [],
+    out: dict[str, Any] = {"spec": spec, "reference": [], "ours": [], "ours-server": [], "ours-direct": [], "limit": [],
                            "other_load_before": other_load_sample()}
     for r in range(repeats):
         if spec["docker"]:
@@ -333,6 +339,8 @@ def run_agent_workload(num: int, spec: dict[str, Any], systems: Systems, repeats
         out["ours"].append(systems.run("ours", **kw))
         if server_variant:
             out["ours-server"].append(systems.run("ours-server", **kw))
+        if direct_variant:
+            out["ours-direct"].append(systems.run("ours-direct", **kw))
         if spec["docker"] and r == repeats - 1:
             # the limit moves with others' load: bracket the runs, measure once more at the end
             out["limit"].append(systems.sandbox_limit(spec["workers"], spec["limit_count"]))
@@ -429,6 +437,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help=f"default {v} ({QUICK[k]} with --quick)")
     p.add_argument("--server-variant", default="1,2,3,4", metavar="W,...",
                    help="workloads that also run ours against a standing `prefect server start` ('' for none)")
+    p.add_argument("--direct-variant", default="1,2,3,4", metavar="W,...",
+                   help="workloads that also run ours with --engine direct (no Prefect) ('' for none)")
     p.add_argument("--ours-src", choices=("head", "live"), default="head",
                    help="measure ours from `git archive HEAD` (default: immune to edits during the run) or the live work tree")
     p.add_argument("--ours-ref", default="HEAD", metavar="COMMIT",
@@ -472,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(w in wanted for w in (2, 3)):
         ensure_images()
     server_for = {int(x) for x in a.server_variant.split(",") if x.strip()}
+    direct_for = {int(x) for x in a.direct_variant.split(",") if x.strip()}
     server = None
     results: dict[str, Any] = {"workloads": {}, "source": src}
     other_load: dict[str, float] = {}
@@ -486,13 +497,14 @@ def main(argv: list[str] | None = None) -> int:
                 "ours creates its Prefect database)")
             results["warmup"] = [
                 systems.run(system, n=4, workers=2, latency=0.0, turns=3, docker=False, tag="warmup", timeout=600)
-                for system in (["reference"] if ref_python else []) + ["ours"] + (["ours-server"] if server else [])]
+                for system in (["reference"] if ref_python else []) + ["ours"] + (["ours-server"] if server else [])
+                + (["ours-direct"] if direct_for & set(wanted) else [])]
         specs = workload_specs(a)
         for num in wanted:
             repeats = per.get(num, a.repeats)
             if num in specs:
                 w = run_agent_workload(num, specs[num], systems, repeats, ref_python is None, a.timeout,
-                                       server is not None and num in server_for)
+                                       server is not None and num in server_for, num in direct_for)
                 other_load[str(num)] = w["other_load_before"]
                 results["workloads"][str(num)] = w
             elif num == 5:
