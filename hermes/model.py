@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import httpx
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
@@ -79,13 +80,23 @@ class ModelClient:
         return kwargs
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        # The SDK's low-level post (its retries and typed errors included) with the body as is:
+        # `chat.completions.create` would deep-copy and re-validate the whole conversation on
+        # every call, and wrap the answer in models only to be turned back into a dict here;
+        # that halves the client's CPU per call, which bounds a run's rate at high --num_workers.
+        request = self._request(messages, tools)
+        extra = request.pop("extra_body", {})
+        body = {**request, **extra}  # as the SDK merges extra_body: its keys win
         try:
-            resp = self.client.chat.completions.create(**self._request(messages, tools))
+            resp = self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+            data = resp.json()
         except openai.APIStatusError as e:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
         except openai.APIError as e:
             raise ModelError(f"model endpoint failed: {e}") from e
-        return _reply_of(resp)
+        except ValueError as e:
+            raise ModelError(f"model endpoint answered something that is not JSON: {e}") from e
+        return _reply_of_dict(data)
 
     def complete_stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> Reply:
@@ -110,7 +121,7 @@ class ModelClient:
             raise ModelError(f"model endpoint failed: {e}") from e
         except (AssertionError, RuntimeError) as e:  # the stream state refuses a stream that never began
             raise ModelError(f"model endpoint sent an unusable stream: {e}") from e
-        return _reply_of(resp)
+        return _reply_of_dict(resp.model_dump(exclude_none=True))
 
     def close(self) -> None:
         self.client.close()
@@ -126,23 +137,28 @@ def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:
         on_delta("content", delta.content)
 
 
-def _reply_of(resp: Any) -> Reply:
-    if not resp.choices:
+def _reply_of_dict(resp: Any) -> Reply:
+    choices = resp.get("choices") if isinstance(resp, dict) else None
+    if not choices or not isinstance(choices[0], dict):
         raise ModelError("model endpoint answered with no choices")
-    choice = resp.choices[0]
-    raw = choice.message.model_dump(exclude_none=True)
+    choice = choices[0]
+    raw = choice.get("message") or {}
     message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
     reasoning = raw.get("reasoning") or raw.get("reasoning_content")
     if reasoning:
         message["reasoning"] = reasoning
-    if raw.get("tool_calls"):
-        message["tool_calls"] = [
-            {"id": tc["id"], "type": "function",
-             "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or ""}}
-            for tc in raw["tool_calls"]
-        ]
-    usage = resp.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if resp.usage else {}
-    return Reply(message=message, usage=usage, finish_reason=choice.finish_reason)
+    try:
+        if raw.get("tool_calls"):
+            message["tool_calls"] = [
+                {"id": tc["id"], "type": "function",
+                 "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or ""}}
+                for tc in raw["tool_calls"]
+            ]
+    except (KeyError, TypeError) as e:
+        raise ModelError(f"model endpoint answered a malformed tool call: {raw.get('tool_calls')!r:.300}") from e
+    usage = resp.get("usage") or {}
+    usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if isinstance(usage.get(k), int)}
+    return Reply(message=message, usage=usage, finish_reason=choice.get("finish_reason"))
 
 
 def _for_api(message: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,23 @@ def test_extra_body_encodes_reasoning_and_routing_as_openrouter_expects():
     assert extra_body(settings("http://x")) == {}
 
 
+def test_the_wire_body_is_what_an_openrouter_endpoint_expects():
+    tools = openai_schemas(tools_for(["terminal"]))
+    with MockLLM() as server:
+        client = ModelClient(settings(server.base_url, max_tokens=50, reasoning_effort="high", providers_allowed="x"))
+        messages = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "earlier", "reasoning": "kept for the trajectory only"}]
+        reply = client.complete(messages, tools)
+        (body,) = requests_seen(server)
+    assert set(body) == {"model", "messages", "tools", "max_tokens", "reasoning", "provider"}
+    assert body["reasoning"] == {"enabled": True, "effort": "high"} and body["provider"] == {"only": ["x"]}
+    assert body["messages"][1] == {"role": "assistant", "content": "earlier"}  # reasoning is not sent back
+    assert body["tools"] == tools and body["model"] == "m"
+    assert reply.message["role"] == "assistant" and reply.message["reasoning"]
+    assert set(reply.usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert reply.finish_reason in ("stop", "tool_calls")
+
+
 def test_rate_limits_are_retried_honouring_retry_after():
     with MockLLM(fail_first=2, error_status=429, retry_after=0.2) as server:
         client = ModelClient(settings(server.base_url, max_tokens=77))
