@@ -24,6 +24,11 @@ class SandboxError(Exception):
     """A sandbox could not be created or used."""
 
 
+class EngineTimeout(SandboxError):
+    """The Docker engine did not answer a container create/start/remove in time (or had too many
+    such calls queued). The prompt should fail now: asking again would only wait again."""
+
+
 class ImageUnavailable(SandboxError):
     """The prompt's image is neither present locally nor pullable in time."""
 
@@ -61,6 +66,11 @@ class SandboxSettings(BaseModel):
     pull_timeout: float = Field(120.0, description="seconds allowed to pull a missing image")
     allow_weaker_sandbox: bool = Field(False, description="run even when the Docker engine cannot apply a limit "
                                        "(memory, swap, CPU, pids, seccomp); by default such a run is refused")
+    engine_concurrency: int = Field(8, gt=0, description="container creates, starts and removes in flight at the "
+                                    "engine at once, process-wide: more only lengthens dockerd's queue (and has "
+                                    "deadlocked it), whatever --num_workers is")
+    engine_timeout: float = Field(30.0, gt=0, description="seconds one container create/start/remove may take, "
+                                  "including its wait for an engine slot, before the prompt fails")
     prefetch: bool = Field(True, description="start a prompt's container while the model is thinking, "
                            "so its first tool call rarely waits for one")
 

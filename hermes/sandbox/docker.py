@@ -20,8 +20,11 @@ the engine's I/O grace period.
 from __future__ import annotations
 
 import atexit
+import base64
+import contextlib
 import errno
 import logging
+import queue
 import re
 import secrets
 import socket
@@ -30,9 +33,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from hermes.sandbox import lifecycle
@@ -40,6 +44,7 @@ from hermes.sandbox.base import (
     LABEL_OWNER,
     LABEL_PROMPT,
     LABEL_RUN,
+    EngineTimeout,
     ExecResult,
     ImageUnavailable,
     OutputCap,
@@ -77,6 +82,77 @@ def get_client() -> docker.DockerClient:
                 raise SandboxError(f"no Docker engine answers: {e}") from e
             _client = client
         return _client
+
+
+class _Gate:
+    """Bounds the container creates, starts and removes in flight at the engine, process-wide.
+
+    dockerd gets slower, not faster, with more of them at once (a bare sandbox lives ~0.5 s at
+    4 in flight, ~8 s at 64, for the same throughput) and deadlocked here at 64: past a handful,
+    concurrency only queues inside the engine. Waiting here for a slot is bounded too, so a
+    stuck engine fails prompts instead of piling them up.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.busy = 0
+        self._cond = threading.Condition()
+
+    def resize(self, limit: int) -> None:
+        with self._cond:
+            if limit != self.limit:
+                self.limit = limit
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def slot(self, what: str, timeout: float) -> Iterator[None]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.busy < self.limit, timeout):
+                raise EngineTimeout(f"Docker engine too slow: {what} waited {timeout:g}s behind "
+                                    f"{self.busy} container operations in flight")
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.busy -= 1
+                self._cond.notify()
+
+
+_gate = _Gate(SandboxSettings().engine_concurrency)
+
+
+@contextlib.contextmanager
+def _engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
+    """One gated engine call; a time-out becomes EngineTimeout (the SDK raises requests' own
+    exceptions for it, which are no DockerException)."""
+    _gate.resize(settings.engine_concurrency)
+    with _gate.slot(what, settings.engine_timeout):
+        try:
+            yield
+        except requests.exceptions.Timeout as e:
+            raise EngineTimeout(f"Docker engine did not answer {what} within {settings.engine_timeout:g}s") from e
+        except requests.exceptions.ConnectionError as e:
+            raise SandboxError(f"Docker engine connection failed during {what}: {e}") from e
+
+
+_lifecycle_clients: dict[float, docker.DockerClient] = {}
+
+
+def _lifecycle_client(client: docker.DockerClient, timeout: float) -> docker.DockerClient:
+    """A client whose calls give up after `timeout` s: the shared one waits 120 s, which an
+    engine call of a prompt should never. Only for the process-wide default client."""
+    if client is not _client:
+        return client
+    with _client_lock:
+        found = _lifecycle_clients.get(timeout)
+        if found is None:
+            try:
+                found = docker.from_env(timeout=timeout, max_pool_size=64)
+            except DockerException as e:
+                raise SandboxError(f"no Docker engine answers: {e}") from e
+            _lifecycle_clients[timeout] = found
+        return found
 
 
 def engine_available() -> bool:
@@ -334,7 +410,7 @@ cd -- "$d" 2>/dev/null || { mkdir -p -- "$d" 2>/dev/null; cd -- "$d"; } || { pri
 if command -v setsid >/dev/null 2>&1; then
   setsid sh -c "$c" </dev/null 3>&- &
   p=$!
-  echo "pgid $p" >&3
+  echo "$n pgid $p" >&3
   setsid sh -c 'sleep "$1" && kill -9 -"$2"' hermes-timer "$t" "$p" </dev/null >/dev/null 2>&1 3>&- &
   w=$!
   { wait "$p"; } 2>/dev/null; r=$?
@@ -342,7 +418,7 @@ if command -v setsid >/dev/null 2>&1; then
 else
   sh -c "$c" </dev/null 3>&- &
   p=$!
-  echo "pid $p" >&3
+  echo "$n pid $p" >&3
   ( sleep "$t" && kill -9 "$p" ) </dev/null >/dev/null 2>&1 3>&- &
   w=$!
   { wait "$p"; } 2>/dev/null; r=$?
@@ -352,12 +428,13 @@ fi
 printf '\n%s %s %s\n' "$n" "$r" "$f"
 """
 
-_READ = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
+# $1 cwd, $2 path: enter cwd, then say why the file cannot be read (exit 3/4/5) or return 0.
+_READ_CHECKS = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 [ -e "$2" ] || { echo "No such file or directory: $2" >&2; exit 3; }
 [ -d "$2" ] && { echo "Is a directory: $2" >&2; exit 4; }
 [ -r "$2" ] || { echo "Permission denied: $2" >&2; exit 5; }
-exec cat -- "$2"
 """
+_READ = _READ_CHECKS + 'exec cat -- "$2"\n'
 
 _WRITE = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 p=$2
@@ -367,6 +444,61 @@ if ! { [ -d "$d" ] || mkdir -p -- "$d"; } 2>&1 >&2; then cat >/dev/null; exit 5;
 if ! cat > "$p"; then cat >/dev/null; exit 5; fi
 """
 
+
+# The command channel: one `sh` per container, started once, serving every later command and
+# file operation of the sandbox over its exec's stdin/stdout/stderr, so a tool call costs no
+# engine round trip. Its text comes over stdin (see _server_text: in argv it would fill every
+# `ps` listing), set up with W the exec wrapper, R the read checks, V the write script (the
+# texts the per-call path runs); it says "~hermes-channel PID" on stderr when it listens. One request a line on stdin; arguments are base64 (of the
+# text plus "."), so no byte of a command or path can end a line or a field:
+#   NONCE x SECONDS CWD COMMAND   run a command: "\nNONCE s\n", then the wrapper's own output
+#                                 and end marker, on stdout (the command's stdout and stderr)
+#   NONCE r CWD PATH              read a file       } answered on stderr, which no command holds:
+#   NONCE w CWD PATH SIZE         write a file: SIZE } "~NONCE\n", the payload (base64 of the file,
+#                                 raw bytes follow   }  or the error), "\n~NONCE CODE\n"
+#   NONCE p "hermes."             ping: can this shell decode its requests?
+# The nonce is fresh per request and lives only in this shell's memory (not in any argv or
+# environment a command can read), so output can neither fake an answer nor end one early.
+# Commands get /dev/null as stdin: the request stream is this shell's alone. A wrapper killed
+# from inside (kill $PPID) still gets an end marker, from here.
+_SERVER = r"""printf '~hermes-channel %s\n' "$$" >&2
+arg() { printf %s "$1" | base64 -d; }
+while IFS=' ' read -r n o a b c; do
+  case $o in
+  x) d=$(arg "$b"); d=${d%.}; e=$(arg "$c"); e=${e%.}
+     printf '\n%s s\n' "$n"
+     ( set -- "$n" "$a" "$d" "$e"; eval "$W" ) </dev/null
+     s=$?; [ "$s" = 0 ] || [ "$s" = 126 ] || printf '\n%s %s 1\n' "$n" "$s" ;;
+  r|w) d=$(arg "$a"); d=${d%.}; p=$(arg "$b"); p=${p%.}
+     printf '~%s\n' "$n" >&2
+     if [ "$o" = r ]; then
+       ( set -- "$d" "$p"; eval "$R" && exec base64 <"$p" ) </dev/null >&2 2>&1
+     else
+       head -c "$c" | ( set -- "$d" "$p"; eval "$V" ) >&2 2>&1
+     fi
+     printf '\n~%s %s\n' "$n" "$?" >&2 ;;
+  p) printf '~%s\n' "$n" >&2
+     [ "$(arg "$a")" = hermes. ] && command -v head >/dev/null
+     printf '\n~%s %s\n' "$n" "$?" >&2 ;;
+  esac
+done
+"""
+#: seconds a new channel may take to answer its first ping before the sandbox does without it
+CHANNEL_HELLO_TIMEOUT = 30.0
+#: the channel exec's command: reads exactly its script (nothing else is sent before it answers)
+_BOOT = 'eval "$(head -c {n})"'
+
+
+def _server_text() -> bytes:
+    """The channel's script with the current wrapper texts in it (read at each opening)."""
+    import shlex
+
+    defs = f"W={shlex.quote(_WRAPPER)}\nR={shlex.quote(_READ_CHECKS)}\nV={shlex.quote(_WRITE)}\n"
+    return (defs + _SERVER).encode()
+
+
+def _arg(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8", "surrogateescape") + b".").decode("ascii")
 
 def _fmt_seconds(t: float) -> str:
     return f"{max(t, 0.01):.3f}".rstrip("0").rstrip(".")
@@ -470,8 +602,40 @@ _live_lock = threading.Lock()
 _live: set["DockerSandbox"] = set()
 
 
+@dataclass
+class _Outcome:
+    """How reading one command's output ended."""
+
+    end: tuple[int, int] | None = None  # (exit code, timer status) from the end marker
+    target: str | None = None           # "-PGID" or "PID" to kill it by
+    host_timed_out: bool = False
+    flood_killed: bool = False
+    broke: bool | OSError = False       # the stream ended (or failed: the error) before the end marker
+
+
+class _Channel:
+    """The open exec of a container's command channel (see _SERVER): requests out, frames in."""
+
+    def __init__(self, exec_id: str, frames: _Frames):
+        self.exec_id = exec_id
+        self.frames = frames
+        self.pid: str | None = None
+
+    def send(self, data: bytes, deadline: float) -> None:
+        self.frames.raw.settimeout(max(0.01, deadline - time.monotonic()))
+        self.frames.raw.sendall(data)
+
+    def close(self) -> None:
+        self.frames.close()  # its shell reads EOF and ends once its current command has
+
+
 class DockerSandbox:
-    """One prompt's container. Create with ``DockerSandbox(spec, settings)``; close when done."""
+    """One prompt's container. Create with ``DockerSandbox(spec, settings)``; close when done.
+
+    Commands and file operations go over one long-lived channel exec (see _SERVER), opened on
+    first use or by warm(); when it cannot be had (busy with a concurrent call, an image whose
+    shell cannot serve it) a call gets an exec of its own, as every call once did.
+    """
 
     def __init__(self, spec: SandboxSpec, settings: SandboxSettings, *, client: docker.DockerClient | None = None):
         self.spec = spec
@@ -483,6 +647,9 @@ class DockerSandbox:
         self._closed = False
         self._oom_seen = 0
         self._lock = threading.Lock()
+        self._chan: _Channel | None = None
+        self._chan_lock = threading.Lock()  # one request at a time on the channel
+        self._chan_usable = True            # False once its shell failed to answer: per-call execs only
         self._create()
 
     # -- life ---------------------------------------------------------------
@@ -495,6 +662,9 @@ class DockerSandbox:
     def id(self) -> str | None:
         return self.container_id
 
+    def _lifecycle_api(self) -> Any:
+        return _lifecycle_client(self.client, self.settings.engine_timeout).api
+
     def _create(self) -> None:
         s, spec, run = self.settings, self.spec, self.spec.run_label()
         lifecycle.raise_if_stopping(run)
@@ -503,7 +673,8 @@ class DockerSandbox:
         args = _container_args(self.api, spec, s, self.cwd, image_cfg)
         with lifecycle.creating(run):
             try:
-                res = self.api.create_container(**args)
+                with _engine_call(f"create of a container from {spec.image}", s):
+                    res = self._lifecycle_api().create_container(**args)
             except ImageNotFound as e:
                 raise ImageUnavailable(spec.image, str(e.explanation or e)) from e
             except (APIError, DockerException) as e:
@@ -516,23 +687,43 @@ class DockerSandbox:
                 raise lifecycle.RunInterrupted(f"run {run} is stopping")
         _report_create_warnings(res.get("Warnings"))
         try:
-            self.api.start(self.container_id)
+            with _engine_call(f"start of container {self.container_id[:12]}", s):
+                self._lifecycle_api().start(self.container_id)
             _verify_host_config(self.client, self.container_id, s)
         except BaseException as e:
-            self.close()
+            self.close(wait=False)  # a failing engine must not hold the prompt for a removal too
             if isinstance(e, DockerException):
                 raise SandboxError(f"cannot start a container from {spec.image}: {getattr(e, 'explanation', None) or e}") from e
             raise
 
-    def close(self) -> None:
+    def warm(self) -> None:
+        """Open the command channel now (e.g. while the model thinks) rather than at first use."""
+        if not self._chan_lock.acquire(blocking=False):
+            return
+        try:
+            self._channel()
+        except (SandboxError, DockerException, OSError) as e:
+            log.debug("sandbox %s: channel not opened ahead: %s", (self.container_id or "")[:12], e)
+        finally:
+            self._chan_lock.release()
+
+    def close(self, wait: bool = True) -> None:
+        """Remove the container. `wait=False` hands the removal to the background removers
+        (see drain_removals) so the caller, a prompt's slot, goes on at once."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         with _live_lock:
             _live.discard(self)
+        chan, self._chan = self._chan, None
+        if chan is not None:
+            chan.close()
         if self.container_id:
-            _remove(self.client, self.container_id)
+            if wait:
+                _remove(self.client, self.container_id, self.settings)
+            else:
+                _remove_later(self.client, self.container_id, self.settings)
 
     def __enter__(self) -> "DockerSandbox":
         return self
@@ -543,16 +734,20 @@ class DockerSandbox:
     def __repr__(self) -> str:
         return f"DockerSandbox({self.spec.image!r}, id={(self.container_id or '')[:12]}, cwd={self.cwd!r})"
 
-    # -- commands -------------------------------------------------------------
+    # -- engine execs -------------------------------------------------------------
 
-    def _exec_socket(self, cmd: list[str], stdin: bool = False) -> tuple[str, _Frames]:
+    def _check_usable(self) -> None:
         lifecycle.raise_if_stopping(self.spec.run_label())  # its container is being removed: end the prompt
         if self._closed:
             raise SandboxError("sandbox is closed")
+
+    def _exec_socket(self, cmd: list[str], stdin: bool = False, api: Any = None) -> tuple[str, _Frames]:
+        self._check_usable()
+        api = api or self.api
         try:
-            ex = self.api.exec_create(self.container_id, cmd, stdout=True, stderr=True, stdin=stdin,
-                                      user=self.settings.user)
-            sock = self.api.exec_start(ex["Id"], socket=True)
+            ex = api.exec_create(self.container_id, cmd, stdout=True, stderr=True, stdin=stdin,
+                                 user=self.settings.user)
+            sock = api.exec_start(ex["Id"], socket=True)
         except NotFound as e:
             raise SandboxError(f"sandbox container {self.container_id[:12]} is gone: {e.explanation or e}") from e
         except APIError as e:
@@ -588,7 +783,8 @@ class DockerSandbox:
 
     def _kill(self, target: str) -> None:
         """Kill a process group ("-PGID") or a pid inside the container; best effort, retried:
-        a command that filled the pids limit can leave no room for `kill` for a moment."""
+        a command that filled the pids limit can leave no room for `kill` for a moment.
+        An exec of its own: the channel is busy with the very command to kill."""
         why: object = None
         for _ in range(5):
             try:
@@ -611,6 +807,115 @@ class DockerSandbox:
             lifecycle.raise_if_stopping(self.spec.run_label())
             raise
 
+    # -- the channel --------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _using_channel(self) -> Iterator[_Channel | None]:
+        """The open channel for one request, or None: then the caller uses an exec of its own.
+        A concurrent call does not queue behind a long command: it gets its own exec."""
+        self._check_usable()
+        if not self._chan_usable or not self._chan_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield self._channel()
+        finally:
+            self._chan_lock.release()
+
+    def _channel(self) -> _Channel | None:
+        """The channel, opened (and greeted) if need be; None if this container's shell cannot
+        serve one. Caller holds _chan_lock."""
+        if self._chan is not None or not self._chan_usable:
+            return self._chan
+        self._check_usable()
+        text = _server_text()
+        with _engine_call(f"channel exec in {self.container_id[:12]}", self.settings):
+            exec_id, frames = self._exec_socket(["sh", "-c", _BOOT.format(n=len(text)), "hermes-channel"], stdin=True,
+                                                api=self._lifecycle_api())
+        chan = _Channel(exec_id, frames)
+        nonce = secrets.token_hex(8)
+        deadline = time.monotonic() + CHANNEL_HELLO_TIMEOUT
+        try:
+            chan.pid = self._chan_hello(chan, text, deadline)
+            code, payload = self._chan_request(chan, f"{nonce} p {_arg('hermes')}\n".encode(), nonce, deadline)
+        except SandboxError as e:
+            code, payload = None, str(e).encode()
+        if code != 0:
+            chan.close()
+            self._raise_if_dead()
+            self._chan_usable = False
+            log.info("sandbox %s: no command channel (%s); every call gets an exec of its own",
+                     self.container_id[:12], payload.decode("utf-8", "replace").strip()[:200] or f"exit {code}")
+            return None
+        self._chan = chan
+        return chan
+
+    def _chan_hello(self, chan: _Channel, text: bytes, deadline: float) -> str:
+        """Hand the new channel its script; its PID once it listens."""
+        buf = bytearray()
+        try:
+            chan.send(text, deadline)
+            while b"\n" not in buf[buf.find(b"~hermes-channel "):] or b"~hermes-channel " not in buf:
+                frame = chan.frames.next(deadline)
+                if frame is None:
+                    raise SandboxError(f"its shell ended: {bytes(buf[-200:]).decode('utf-8', 'replace')}")
+                buf += frame[1]
+        except OSError as e:
+            raise SandboxError(f"its shell did not start: {e}") from e
+        line = buf[buf.find(b"~hermes-channel "):].split(b"\n", 1)[0]
+        return line.split()[-1].decode("ascii", "replace")
+
+    def _drop_channel(self, chan: _Channel) -> None:
+        """A channel whose last request did not end cleanly is not trusted again: the next call
+        opens a new one. Its shell ends by itself once its current command has."""
+        if self._chan is chan:
+            self._chan = None
+        chan.close()
+
+    def _chan_request(self, chan: _Channel, request: bytes, nonce: str, deadline: float,
+                      limit: int = MAX_READ_BYTES * 4 // 3 + 4096) -> tuple[int, bytes]:
+        """Send one file request or ping; (exit code, payload) from its answer on stderr.
+        Output of earlier commands' background jobs (stdout) is dropped. SandboxError (and the
+        channel dropped) when no clean answer comes by the deadline."""
+        start, end = f"~{nonce}\n".encode(), f"\n~{nonce} ".encode()
+        buf = bytearray()
+        begun = False
+        try:
+            chan.send(request, deadline)
+            while True:
+                frame = chan.frames.next(deadline)
+                if frame is None:
+                    raise SandboxError("sandbox command channel closed")
+                if frame[0] != 2:
+                    continue
+                buf += frame[1]
+                if not begun:
+                    at = buf.find(start)
+                    if at < 0:
+                        del buf[:max(0, len(buf) - len(start))]
+                        continue
+                    del buf[:at + len(start)]
+                    begun = True
+                at = buf.find(end)
+                if at >= 0:
+                    nl = buf.find(b"\n", at + len(end))
+                    if nl >= 0:
+                        code = buf[at + len(end):nl].strip()
+                        return (int(code) if code.isdigit() else -1), bytes(buf[:at])
+                if len(buf) > limit:
+                    raise SandboxError(f"file larger than {MAX_READ_BYTES} bytes")
+        except (socket.timeout, TimeoutError) as e:
+            self._drop_channel(chan)
+            raise SandboxError("sandbox command channel did not answer in time") from e
+        except OSError as e:
+            self._drop_channel(chan)
+            raise SandboxError(f"sandbox command channel broke: {e}") from e
+        except SandboxError:
+            self._drop_channel(chan)
+            raise
+
+    # -- commands -------------------------------------------------------------
+
     def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
         return self._stopped_run_wins(self._exec, command, cwd, timeout)
 
@@ -619,70 +924,107 @@ class DockerSandbox:
         limit = self.settings.command_timeout if timeout is None else float(timeout)
         workdir = resolve_cwd(cwd, self.cwd)
         nonce = secrets.token_hex(8)
-        exec_id, frames = self._exec_socket(["sh", "-c", _WRAPPER, "hermes-exec", nonce, _fmt_seconds(limit), workdir, command])
         cap = OutputCap(self.settings.output_limit)
-        prefix = b"\n" + nonce.encode() + b" "
-        pending = bytearray()
-        target: str | None = None
-        end: tuple[int, int] | None = None
-        host_timed_out = flood_killed = False
         deadline = started + limit + HOST_GRACE
-        try:
-            while end is None:
+        out: _Outcome | None = None
+        with self._using_channel() as chan:
+            if chan is not None:
+                request = f"{nonce} x {_fmt_seconds(limit)} {_arg(workdir)} {_arg(command)}\n".encode()
                 try:
-                    frame = frames.next(deadline)
-                except (socket.timeout, TimeoutError):
-                    host_timed_out = True
-                    break
-                except OSError as e:
-                    raise SandboxError(f"exec stream broke: {e}") from e
-                if frame is None:
-                    break
-                stream, payload = frame
-                if stream == 2:
-                    m = re.search(rb"(pgid|pid) (\d+)", payload)
-                    if m and target is None:
-                        target = ("-" if m.group(1) == b"pgid" else "") + m.group(2).decode()
+                    chan.send(request, deadline)
+                except OSError:
+                    self._drop_channel(chan)  # broken before the command got it: run it the old way
+                else:
+                    out, exec_id = self._read_output(chan.frames, nonce, deadline, cap, f"\n{nonce} s\n".encode()), chan.exec_id
+                    if out.end is None:
+                        self._drop_channel(chan)
+        if out is None:
+            exec_id, frames = self._exec_socket(["sh", "-c", _WRAPPER, "hermes-exec", nonce, _fmt_seconds(limit), workdir,
+                                                 command])
+            try:
+                out = self._read_output(frames, nonce, deadline, cap, None)
+            finally:
+                frames.close()
+            if isinstance(out.broke, OSError):
+                raise SandboxError(f"exec stream broke: {out.broke}") from out.broke
+        return self._finish(out, cap, exec_id, limit, started)  # the channel is free again: _why_killed may use it
+
+    def _read_output(self, frames: _Frames, nonce: str, deadline: float, cap: OutputCap,
+                     begin: bytes | None) -> _Outcome:
+        """Feed one command's output to `cap` until its end marker. On a channel, `begin` is the
+        request's start marker: output before it is late output of earlier commands' background jobs."""
+        out = _Outcome()
+        prefix = b"\n" + nonce.encode() + b" "
+        tag = re.compile(re.escape(nonce.encode()) + rb" (pgid|pid) (\d+)")
+        pending, control = bytearray(), bytearray()
+        while out.end is None:
+            try:
+                frame = frames.next(deadline)
+            except (socket.timeout, TimeoutError):
+                out.host_timed_out = True
+                break
+            except OSError as e:
+                out.broke = e
+                break
+            if frame is None:
+                out.broke = True
+                break
+            stream, payload = frame
+            if stream == 2:
+                if out.target is None:
+                    control = (control + payload)[-4096:]
+                    m = tag.search(control)
+                    if m:
+                        out.target = ("-" if m.group(1) == b"pgid" else "") + m.group(2).decode()
+                continue
+            pending += payload
+            if begin is not None:
+                at = pending.find(begin)
+                if at < 0:
+                    del pending[:max(0, len(pending) - len(begin))]
                     continue
-                pending += payload
-                at = pending.find(prefix)
-                if at >= 0:
-                    nl = pending.find(b"\n", at + len(prefix))
-                    if nl >= 0:
-                        parts = pending[at + len(prefix):nl].split()
-                        try:
-                            end = (int(parts[0]), int(parts[1]))
-                        except (IndexError, ValueError):
-                            end = (-1, 1)
-                    cap.feed(bytes(pending[:at]))
-                    del pending[:at]
-                elif len(pending) > len(prefix) + 32:
-                    cut = len(pending) - (len(prefix) + 32)
-                    cap.feed(bytes(pending[:cut]))
-                    del pending[:cut]
-                if cap.flooded and not flood_killed and target:
-                    flood_killed = True
-                    self._kill(target)
-        finally:
-            frames.close()
-        if end is None:
-            cap.feed(bytes(pending))
-            if host_timed_out and target:
-                self._kill(target)
-            elif not host_timed_out:
+                del pending[:at + len(begin)]
+                begin = None
+            at = pending.find(prefix)
+            if at >= 0:
+                nl = pending.find(b"\n", at + len(prefix))
+                if nl >= 0:
+                    parts = pending[at + len(prefix):nl].split()
+                    try:
+                        out.end = (int(parts[0]), int(parts[1]))
+                    except (IndexError, ValueError):
+                        out.end = (-1, 1)
+                cap.feed(bytes(pending[:at]))
+                del pending[:at]
+            elif len(pending) > len(prefix) + 32:
+                cut = len(pending) - (len(prefix) + 32)
+                cap.feed(bytes(pending[:cut]))
+                del pending[:cut]
+            if cap.flooded and not out.flood_killed and out.target:
+                out.flood_killed = True
+                self._kill(out.target)
+        if out.end is None:
+            if begin is None:
+                cap.feed(bytes(pending))
+            if not out.host_timed_out:
                 self._raise_if_dead()
+            elif out.target:
+                self._kill(out.target)
+        return out
+
+    def _finish(self, out: _Outcome, cap: OutputCap, exec_id: str, limit: float, started: float) -> ExecResult:
         text, truncated = cap.result()
-        if flood_killed:
+        if out.flood_killed:
             text += f"\n[command killed: it kept writing output ({cap.total} bytes)]"
-        if end is not None:
-            code, fired = end
+        if out.end is not None:
+            code, fired = out.end
             # The timer's kill succeeded and the command died of it. The timer's own status is lost
             # when the wrapper reaps it a moment after it fired: then the clock says so.
             timed_out = code >= 128 and (fired == 0 or time.monotonic() - started >= limit)
-            exit_code = -1 if (timed_out or flood_killed) else code
-        elif host_timed_out:
+            exit_code = -1 if (timed_out or out.flood_killed) else code
+        elif out.host_timed_out:
             timed_out, exit_code = True, -1
-        else:  # the wrapper itself died (e.g. out of memory); ask the engine
+        else:  # the wrapper (or the channel's shell) itself died, e.g. out of memory; ask the engine
             timed_out, exit_code = False, self._exit_code(exec_id)
             if exit_code == 0:
                 exit_code = -1
@@ -704,11 +1046,13 @@ class DockerSandbox:
 
     def _oom_kills(self) -> int | None:
         """The container's count of out-of-memory kills (cgroup v1 or v2), None if unreadable."""
-        try:
-            out, _, _ = self._run_plain(["cat", "/sys/fs/cgroup/memory.events",
-                                         "/sys/fs/cgroup/memory/memory.oom_control"], None, 10.0)
-        except (SandboxError, DockerException, OSError):
-            return None
+        out = b""
+        for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+            try:
+                out = self._read_file(path)
+            except (OSError, SandboxError, DockerException):
+                continue
+            break
         m = re.search(rb"^oom_kill (\d+)", out, re.M)
         return int(m.group(1)) if m else None
 
@@ -747,6 +1091,17 @@ class DockerSandbox:
         return self._stopped_run_wins(self._read_file, path)
 
     def _read_file(self, path: str) -> bytes:
+        with self._using_channel() as chan:
+            if chan is not None:
+                nonce = secrets.token_hex(8)
+                request = f"{nonce} r {_arg(self.cwd)} {_arg(path)}\n".encode()
+                code, payload = self._chan_request(chan, request, nonce, time.monotonic() + self._file_timeout())
+                if code == 0:
+                    try:
+                        return base64.b64decode(bytes(payload))
+                    except ValueError as e:
+                        raise SandboxError(f"{path}: unreadable answer from the sandbox: {e}") from e
+                _raise_file_error(code, payload, path)
         out, err, code = self._run_plain(["sh", "-c", _READ, "hermes-read", self.cwd, path], None, self._file_timeout())
         if code == 0:
             return out
@@ -759,7 +1114,16 @@ class DockerSandbox:
     def _write_file(self, path: str, data: bytes) -> None:
         if isinstance(data, str):
             data = data.encode("utf-8")
-        _, err, code = self._run_plain(["sh", "-c", _WRITE, "hermes-write", self.cwd, path], bytes(data),
+        data = bytes(data)
+        with self._using_channel() as chan:
+            if chan is not None:
+                nonce = secrets.token_hex(8)
+                request = f"{nonce} w {_arg(self.cwd)} {_arg(path)} {len(data)}\n".encode() + data
+                code, payload = self._chan_request(chan, request, nonce, time.monotonic() + self._file_timeout(len(data)))
+                if code != 0:
+                    _raise_file_error(code, payload, path)
+                return
+        _, err, code = self._run_plain(["sh", "-c", _WRITE, "hermes-write", self.cwd, path], data,
                                        self._file_timeout(len(data)))
         if code != 0:
             _raise_file_error(code, err, path)
@@ -841,15 +1205,76 @@ def remove(containers: list[Leftover] | list[str], *, client: docker.DockerClien
         return sum(pool.map(lambda cid: _remove(client, cid), ids))
 
 
-def _remove(client: docker.DockerClient, cid: str) -> bool:
+def _remove(client: docker.DockerClient, cid: str, settings: SandboxSettings | None = None) -> bool:
+    """Force-remove one container. With `settings`, through the engine gate and its time limit
+    (a prompt's own container); without, directly (cleanup of leftovers, signal handlers)."""
     try:
-        client.api.remove_container(cid, force=True, v=True)
+        if settings is None:
+            client.api.remove_container(cid, force=True, v=True)
+        else:
+            with _engine_call(f"remove of {cid[:12]}", settings):
+                _lifecycle_client(client, settings.engine_timeout).api.remove_container(cid, force=True, v=True)
         return True
     except NotFound:
         return False
-    except DockerException as e:
+    except (DockerException, SandboxError, requests.exceptions.RequestException) as e:
         log.warning("could not remove sandbox container %s: %s", cid[:12], e)
         return False
+
+
+# --------------------------------------------------------------------------- background removal
+
+#: threads removing closed prompts' containers, so that a prompt's slot never waits for the engine
+REMOVER_THREADS = 3
+#: removals queued beyond this are done by the closing thread itself: back-pressure, not a backlog
+MAX_PENDING_REMOVALS = 64
+
+_removals: "queue.Queue[tuple[docker.DockerClient, str, SandboxSettings]]" = queue.Queue()
+_pending_cond = threading.Condition()
+_pending: set[str] = set()
+_removers: list[threading.Thread] = []
+
+
+def _remove_later(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
+    """Hand a container to the background removers; False-free: it is removed either way."""
+    with _pending_cond:
+        if len(_pending) >= MAX_PENDING_REMOVALS:
+            queued = False
+        else:
+            queued = True
+            _pending.add(cid)
+            if len(_removers) < REMOVER_THREADS:
+                t = threading.Thread(target=_remover_loop, name=f"sandbox-remover-{len(_removers)}", daemon=True)
+                _removers.append(t)
+                t.start()
+    if queued:
+        _removals.put((client, cid, settings))
+    else:
+        _remove(client, cid, settings)
+
+
+def _remover_loop() -> None:
+    while True:
+        client, cid, settings = _removals.get()
+        try:
+            _remove(client, cid, settings)
+        finally:
+            with _pending_cond:
+                _pending.discard(cid)
+                _pending_cond.notify_all()
+
+
+def pending_removals() -> int:
+    """Containers closed but not yet removed."""
+    with _pending_cond:
+        return len(_pending)
+
+
+def drain_removals(timeout: float | None = 60.0) -> bool:
+    """Wait until every container closed so far is removed (at most `timeout` s; None: no bound).
+    True when none is pending. Call at the end of a run: closing a sandbox only queues it."""
+    with _pending_cond:
+        return _pending_cond.wait_for(lambda: not _pending, timeout)
 
 
 def cleanup(run_id: str | None = None, *, include_live: bool = False,
@@ -879,10 +1304,17 @@ def remove_own(run_id: str) -> int:
 
 @atexit.register
 def _close_all() -> None:
+    """At exit, every container this process still has goes: those still open, those queued."""
     with _live_lock:
         live = list(_live)
     for sb in live:
         try:
-            sb.close()
+            sb.close(wait=False)
         except Exception:  # noqa: BLE001
             pass
+    if drain_removals(60.0):
+        return
+    with _pending_cond:  # the removers are stuck: try each once more from here
+        left = list(_pending)
+    for cid in left:
+        _remove(get_client(), cid)
