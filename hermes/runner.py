@@ -88,7 +88,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
             ensure_image(image, s.sandbox.pull_timeout)
         # Prefetch: the container starts while the first model call is out, unless no tool could use it.
         box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
-                          prefetch=s.sandbox.prefetch and bool(tools))
+                          prefetch=s.sandbox.prefetch and bool(tools), remove_in_background=True)
         with box as sandbox:
             run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
                             system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)

@@ -3,6 +3,7 @@
     open_sandbox(spec, settings) -> Sandbox      one prompt's sandbox (docker unless opted out)
     cleanup(run_id=None) -> int                  remove containers of runs no longer alive
     check_limits(settings, run_id) -> list[str]  refuse a run whose limits the engine cannot apply
+    drain_removals(timeout) -> bool              wait for containers closed but still being removed
 
 The docker backend is the default and the only one that isolates anything; the local
 backend runs commands on this host and is used only when settings.backend == "local".
@@ -20,7 +21,7 @@ from hermes.sandbox.base import (
 
 __all__ = [
     "ExecResult", "ImageUnavailable", "Sandbox", "SandboxError", "SandboxSettings", "SandboxSpec",
-    "open_sandbox", "cleanup", "check_limits", "WeakerSandbox",
+    "open_sandbox", "cleanup", "check_limits", "drain_removals", "WeakerSandbox",
 ]
 
 
@@ -47,6 +48,17 @@ def cleanup(run_id: str | None = None, *, include_live: bool = False) -> int:
     from hermes.sandbox.docker import cleanup as _cleanup
 
     return _cleanup(run_id, include_live=include_live)
+
+
+def drain_removals(timeout: float | None = 60.0) -> bool:
+    """Wait (at most `timeout` s) until every container closed in the background is removed.
+    True when none is left pending. A run calls it as it ends; exit removes them anyway."""
+    import sys
+
+    backend = sys.modules.get("hermes.sandbox.docker")
+    if backend is None:  # no docker sandbox was ever made here: nothing can be pending
+        return True
+    return backend.drain_removals(timeout)
 
 
 def check_limits(settings: SandboxSettings, run_id: str | None = None) -> list[str]:

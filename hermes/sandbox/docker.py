@@ -148,7 +148,7 @@ def _lifecycle_client(client: docker.DockerClient, timeout: float) -> docker.Doc
         found = _lifecycle_clients.get(timeout)
         if found is None:
             try:
-                found = docker.from_env(timeout=timeout, max_pool_size=64)
+                found = docker.from_env(timeout=timeout, max_pool_size=64, version=client.api.api_version)
             except DockerException as e:
                 raise SandboxError(f"no Docker engine answers: {e}") from e
             _lifecycle_clients[timeout] = found
@@ -485,6 +485,10 @@ done
 """
 #: seconds a new channel may take to answer its first ping before the sandbox does without it
 CHANNEL_HELLO_TIMEOUT = 30.0
+#: a channel whose stdout carries more than this of earlier commands' background output between
+#: requests is left to those jobs and a fresh one opened: their output then cannot spill into
+#: every later command's (output printed while a later command runs does show in it, as in a terminal)
+STALE_LIMIT = 64 << 10
 #: the channel exec's command: reads exactly its script (nothing else is sent before it answers)
 _BOOT = 'eval "$(head -c {n})"'
 
@@ -611,6 +615,12 @@ class _Outcome:
     host_timed_out: bool = False
     flood_killed: bool = False
     broke: bool | OSError = False       # the stream ended (or failed: the error) before the end marker
+    stale: int = 0                      # bytes of earlier commands' background jobs dropped
+    begun: bool = True                  # on a channel: its start marker seen, so the command ran
+
+
+class _ChannelLost(SandboxError):
+    """The channel's shell was gone before it took the request: it can be sent again on a new one."""
 
 
 class _Channel:
@@ -879,14 +889,17 @@ class DockerSandbox:
         channel dropped) when no clean answer comes by the deadline."""
         start, end = f"~{nonce}\n".encode(), f"\n~{nonce} ".encode()
         buf = bytearray()
-        begun = False
+        begun, stale = False, 0
         try:
             chan.send(request, deadline)
             while True:
                 frame = chan.frames.next(deadline)
                 if frame is None:
+                    if not begun:
+                        raise _ChannelLost("sandbox command channel closed before it took the request")
                     raise SandboxError("sandbox command channel closed")
                 if frame[0] != 2:
+                    stale += len(frame[1])
                     continue
                 buf += frame[1]
                 if not begun:
@@ -901,6 +914,8 @@ class DockerSandbox:
                     nl = buf.find(b"\n", at + len(end))
                     if nl >= 0:
                         code = buf[at + len(end):nl].strip()
+                        if stale > STALE_LIMIT:
+                            self._drop_channel(chan)
                         return (int(code) if code.isdigit() else -1), bytes(buf[:at])
                 if len(buf) > limit:
                     raise SandboxError(f"file larger than {MAX_READ_BYTES} bytes")
@@ -927,17 +942,23 @@ class DockerSandbox:
         cap = OutputCap(self.settings.output_limit)
         deadline = started + limit + HOST_GRACE
         out: _Outcome | None = None
-        with self._using_channel() as chan:
-            if chan is not None:
+        for _ in range(2):  # a second time only when the channel's shell was gone before the command began
+            with self._using_channel() as chan:
+                if chan is None:
+                    break
                 request = f"{nonce} x {_fmt_seconds(limit)} {_arg(workdir)} {_arg(command)}\n".encode()
                 try:
                     chan.send(request, deadline)
                 except OSError:
-                    self._drop_channel(chan)  # broken before the command got it: run it the old way
-                else:
-                    out, exec_id = self._read_output(chan.frames, nonce, deadline, cap, f"\n{nonce} s\n".encode()), chan.exec_id
-                    if out.end is None:
-                        self._drop_channel(chan)
+                    self._drop_channel(chan)
+                    continue
+                out, exec_id = self._read_output(chan.frames, nonce, deadline, cap, f"\n{nonce} s\n".encode()), chan.exec_id
+                if out.end is None or out.stale > STALE_LIMIT:
+                    self._drop_channel(chan)
+                if out.broke is True and not out.begun:
+                    out = None
+                    continue
+                break
         if out is None:
             exec_id, frames = self._exec_socket(["sh", "-c", _WRAPPER, "hermes-exec", nonce, _fmt_seconds(limit), workdir,
                                                  command])
@@ -953,7 +974,7 @@ class DockerSandbox:
                      begin: bytes | None) -> _Outcome:
         """Feed one command's output to `cap` until its end marker. On a channel, `begin` is the
         request's start marker: output before it is late output of earlier commands' background jobs."""
-        out = _Outcome()
+        out = _Outcome(begun=begin is None)
         prefix = b"\n" + nonce.encode() + b" "
         tag = re.compile(re.escape(nonce.encode()) + rb" (pgid|pid) (\d+)")
         pending, control = bytearray(), bytearray()
@@ -981,10 +1002,13 @@ class DockerSandbox:
             if begin is not None:
                 at = pending.find(begin)
                 if at < 0:
-                    del pending[:max(0, len(pending) - len(begin))]
+                    drop = max(0, len(pending) - len(begin))
+                    out.stale += drop
+                    del pending[:drop]
                     continue
+                out.stale += at
                 del pending[:at + len(begin)]
-                begin = None
+                begin, out.begun = None, True
             at = pending.find(prefix)
             if at >= 0:
                 nl = pending.find(b"\n", at + len(prefix))
@@ -1090,18 +1114,30 @@ class DockerSandbox:
     def read_file(self, path: str) -> bytes:
         return self._stopped_run_wins(self._read_file, path)
 
-    def _read_file(self, path: str) -> bytes:
-        with self._using_channel() as chan:
-            if chan is not None:
+    def _file_request(self, make: Any, timeout: float) -> tuple[int, bytes] | None:
+        """(exit code, payload) of one file request over the channel; None: no channel, use an exec."""
+        for attempt in range(2):
+            with self._using_channel() as chan:
+                if chan is None:
+                    return None
                 nonce = secrets.token_hex(8)
-                request = f"{nonce} r {_arg(self.cwd)} {_arg(path)}\n".encode()
-                code, payload = self._chan_request(chan, request, nonce, time.monotonic() + self._file_timeout())
-                if code == 0:
-                    try:
-                        return base64.b64decode(bytes(payload))
-                    except ValueError as e:
-                        raise SandboxError(f"{path}: unreadable answer from the sandbox: {e}") from e
-                _raise_file_error(code, payload, path)
+                try:
+                    return self._chan_request(chan, make(nonce), nonce, time.monotonic() + timeout)
+                except _ChannelLost:
+                    if attempt:
+                        raise
+        return None
+
+    def _read_file(self, path: str) -> bytes:
+        answer = self._file_request(lambda n: f"{n} r {_arg(self.cwd)} {_arg(path)}\n".encode(), self._file_timeout())
+        if answer is not None:
+            code, payload = answer
+            if code == 0:
+                try:
+                    return base64.b64decode(payload)
+                except ValueError as e:
+                    raise SandboxError(f"{path}: unreadable answer from the sandbox: {e}") from e
+            _raise_file_error(code, payload, path)
         out, err, code = self._run_plain(["sh", "-c", _READ, "hermes-read", self.cwd, path], None, self._file_timeout())
         if code == 0:
             return out
@@ -1115,14 +1151,12 @@ class DockerSandbox:
         if isinstance(data, str):
             data = data.encode("utf-8")
         data = bytes(data)
-        with self._using_channel() as chan:
-            if chan is not None:
-                nonce = secrets.token_hex(8)
-                request = f"{nonce} w {_arg(self.cwd)} {_arg(path)} {len(data)}\n".encode() + data
-                code, payload = self._chan_request(chan, request, nonce, time.monotonic() + self._file_timeout(len(data)))
-                if code != 0:
-                    _raise_file_error(code, payload, path)
-                return
+        answer = self._file_request(lambda n: f"{n} w {_arg(self.cwd)} {_arg(path)} {len(data)}\n".encode() + data,
+                                    self._file_timeout(len(data)))
+        if answer is not None:
+            if answer[0] != 0:
+                _raise_file_error(answer[0], answer[1], path)
+            return
         _, err, code = self._run_plain(["sh", "-c", _WRITE, "hermes-write", self.cwd, path], data,
                                        self._file_timeout(len(data)))
         if code != 0:

@@ -4,20 +4,27 @@ Without prefetch a prompt that never calls a tool never costs a container. With 
 container is started in a background thread as the prompt starts, so the first tool call
 finds it ready instead of waiting for `docker run`; close() waits for a creation still under
 way and removes its result, so no path leaks a container.
+
+With `remove_in_background` (what a run's prompts use), close() hands the container to the
+backend's background removers instead of waiting for the engine, so the prompt's worker slot
+is free at once; the run waits for them at its end (hermes.sandbox.drain_removals).
 """
 from __future__ import annotations
 
 import contextvars
+import inspect
 import threading
 import time
 from typing import Callable
 
-from hermes.sandbox.base import ExecResult, Sandbox, SandboxError
+from hermes.sandbox.base import EngineTimeout, ExecResult, Sandbox, SandboxError
 
 
 class LazySandbox:
-    def __init__(self, factory: Callable[[], Sandbox], command_timeout: float, *, prefetch: bool = False):
+    def __init__(self, factory: Callable[[], Sandbox], command_timeout: float, *, prefetch: bool = False,
+                 remove_in_background: bool = False):
         self._factory = factory
+        self._remove_in_background = remove_in_background
         self.command_timeout = command_timeout  # known before the sandbox exists: tools cap by it
         #: seconds the first tool call waited for the sandbox (None: no tool call yet)
         self.wait: float | None = None
@@ -40,9 +47,14 @@ class LazySandbox:
 
     def _build(self) -> None:
         try:
-            self._sandbox = self._factory()
+            sandbox = self._factory()
         except BaseException as e:  # handed to the first tool call, which reports it
             self._failure = e
+            return
+        self._sandbox = sandbox
+        warm = getattr(sandbox, "warm", None)
+        if warm is not None:
+            warm()  # the docker backend opens its command channel now, not at the first tool call
 
     def _await_prefetch(self) -> None:
         building, self._building = self._building, None
@@ -55,11 +67,19 @@ class LazySandbox:
             if self._closed:
                 raise SandboxError("sandbox already closed")
             self._await_prefetch()
-            failure, self._failure = self._failure, None
+            failure = self._failure
+            if not isinstance(failure, EngineTimeout):
+                self._failure = None
             if failure is not None:
-                raise failure  # once: a later call tries again
+                # Once: a later call tries again. Not after the engine failed to answer in time:
+                # asking again would hold the prompt as long again.
+                raise failure
             if self._sandbox is None:
-                self._sandbox = self._factory()
+                try:
+                    self._sandbox = self._factory()
+                except EngineTimeout as e:
+                    self._failure = e
+                    raise
             if self.wait is None:
                 self.wait = time.monotonic() - asked
             return self._sandbox
@@ -78,7 +98,11 @@ class LazySandbox:
             self._closed = True
             self._await_prefetch()
             sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
+        if sandbox is None:
+            return
+        if self._remove_in_background and "wait" in inspect.signature(sandbox.close).parameters:
+            sandbox.close(wait=False)
+        else:
             sandbox.close()
 
     def __enter__(self) -> "LazySandbox":
