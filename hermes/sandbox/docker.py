@@ -862,18 +862,18 @@ class DockerSandbox:
 
     def _chan_hello(self, chan: _Channel, text: bytes, deadline: float) -> str:
         """Hand the new channel its script; its PID once it listens."""
+        hello = re.compile(rb"~hermes-channel (\d+)\n")
         buf = bytearray()
         try:
             chan.send(text, deadline)
-            while b"\n" not in buf[buf.find(b"~hermes-channel "):] or b"~hermes-channel " not in buf:
+            while not (m := hello.search(buf)):
                 frame = chan.frames.next(deadline)
                 if frame is None:
-                    raise SandboxError(f"its shell ended: {bytes(buf[-200:]).decode('utf-8', 'replace')}")
+                    raise SandboxError(f"its shell ended: {bytes(buf[-200:]).decode('utf-8', 'replace').strip()}")
                 buf += frame[1]
         except OSError as e:
             raise SandboxError(f"its shell did not start: {e}") from e
-        line = buf[buf.find(b"~hermes-channel "):].split(b"\n", 1)[0]
-        return line.split()[-1].decode("ascii", "replace")
+        return m.group(1).decode()
 
     def _drop_channel(self, chan: _Channel) -> None:
         """A channel whose last request did not end cleanly is not trusted again: the next call
