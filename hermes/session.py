@@ -117,6 +117,10 @@ class RunSession:
             self.index.close()
             self.ctx.client.close()
         finally:
+            # Prompts hand their containers to background removers; the run ends when they are gone
+            # (what is still left then goes at process exit, or with the next run's clean-up).
+            if not sandbox.drain_removals(timeout=120.0):
+                log.warning("some containers of run '%s' are still being removed", self.settings.run_name)
             if self.guard:
                 self.guard.uninstall()
             self.lock.release()
