@@ -1,9 +1,14 @@
 """Merge: the journal (batch files) -> trajectories.jsonl + statistics.json.
 
-Streams the batch files once, in batch order. Per content key the first successful entry wins,
-so a prompt is written once however many attempts it took. Kept: completed and partial
-entries; left out and counted: failed prompts, samples without reasoning (discarded when they
-ran) and entries calling a tool the system does not have.
+Per content key the first successful entry wins, so a prompt is written once however many
+attempts it took. Kept: completed and partial entries; left out and counted: failed prompts,
+samples without reasoning (discarded when they ran) and entries calling a tool the system does
+not have.
+
+Memory does not grow with the run: the run's DuckDB index (hermes.store) answers which line
+wins for each key and which prompts never succeeded, and streams the winners in journal order;
+the batch files are read once, line by line. A line the runner wrote is copied up to its
+`hermes` block, never decoded whole nor re-encoded (hermes.store.split_entry).
 """
 from __future__ import annotations
 
@@ -11,76 +16,100 @@ import json
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hermes import journal, rundir
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
+from hermes.store import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
 
 KEPT = ("completed", "partial")
 
 
 def merge(run_path: Path) -> dict[str, Any]:
     manifest = rundir.read_manifest(run_path)
-    done: set[str] = set()
-    last_failure: dict[str, str] = {}
-    counts = Counter()
-    tool_totals: dict[str, dict] = {}  # summed as we go: memory does not grow with the run
-    reasoning_totals: dict[str, int] = {}
-    usage = Counter()
-    api_calls = 0
-    batches = journal.batch_files(run_path)
-    tmp = run_path / ".trajectories.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        for _, path in batches:
-            for entry in journal.read(path):
-                meta = entry.get("hermes") or {}
-                key, status = meta.get("key"), meta.get("status")
-                api_calls += entry.get("api_calls", 0)
-                usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
-                if status == "failed":
-                    last_failure[key] = meta.get("error") or "unknown error"
-                    continue
-                if key in done:
-                    counts["duplicates_ignored"] += 1
-                    continue
-                done.add(key)
-                if status not in KEPT:
-                    counts["discarded_no_reasoning"] += 1
-                    continue
-                if meta.get("hallucinated_tools"):
-                    counts["dropped_hallucinated_tools"] += 1
-                    continue
-                counts[status] += 1
-                add_tool_stats(tool_totals, entry["tool_stats"])
-                add_reasoning(reasoning_totals, meta.get("reasoning"))
-                out.write(json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n")
-        out.flush()
-    tmp.replace(run_path / "trajectories.jsonl")
+    index = _open_index(run_path)
+    try:
+        tmp = run_path / ".trajectories.jsonl.tmp"
+        with open(tmp, "wb", buffering=1 << 20) as out:
+            totals = _copy_winners(index, out)
+        tmp.replace(run_path / "trajectories.jsonl")
+        reasons = index.failure_reasons()
+        total_prompts = manifest["total_prompts"] if "total_prompts" in manifest else index.prompt_count()
+        batches = len(index.files())
+    finally:
+        index.close()
 
-    failed = {k: e for k, e in last_failure.items() if k not in done}
+    counts = totals["counts"]
     stats = {
         "run_name": manifest.get("run_name", run_path.name),
         "distribution": manifest.get("distribution"),
-        "total_prompts": manifest.get("total_prompts", len(done) + len(failed)),
-        "total_batches": len(batches),
+        "total_prompts": total_prompts,
+        "total_batches": batches,
         "batch_size": manifest.get("batch_size"),
         "model": manifest.get("model"),
         "completed_at": datetime.now().isoformat(timespec="seconds"),
         "duration_seconds": rundir.total_seconds(run_path),
-        "tool_statistics": aggregate_tool_stats([tool_totals]),
-        "reasoning_statistics": aggregate_reasoning([reasoning_totals]),
+        "tool_statistics": aggregate_tool_stats([totals["tools"]]),
+        "reasoning_statistics": aggregate_reasoning([totals["reasoning"]]),
         "trajectories_written": counts["completed"] + counts["partial"],
         "prompts_completed": counts["completed"],
         "prompts_partial": counts["partial"],
-        "prompts_failed": len(failed),
-        "failure_reasons": dict(Counter(_reason(e) for e in failed.values()).most_common()),
+        "prompts_failed": sum(n for _, n in reasons),
+        "failure_reasons": dict(reasons),
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
-        "api_calls": api_calls,
-        "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "api_calls": totals["api_calls"],
+        "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
     }
     journal.write_atomic(run_path / "statistics.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
+
+
+def _open_index(run_path: Path) -> RunIndex:
+    # An active run holds the index file (DuckDB: one process per file): read the journal privately.
+    try:
+        return RunIndex(run_path, lean=True)
+    except IndexBusy:
+        return RunIndex(run_path, database=":memory:", lean=True)
+
+
+def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
+    """Write each key's winning line without its hermes block; sum what statistics.json needs."""
+    counts: Counter = Counter()
+    usage: Counter = Counter()
+    tools: dict[str, dict] = {}
+    reasoning: dict[str, int] = {}
+    api_calls = 0
+    winners = index.winners()
+    for num, path, size in index.files():
+        wins = winners.get(num, b"")
+        for line, raw in journal_lines(path, size):
+            parsed = split_entry(raw)
+            if parsed is None:
+                continue
+            head, tail = parsed
+            meta = hermes_block(tail)
+            # Every attempt counts towards calls and tokens, failed and duplicate ones too.
+            api_calls += tail.get("api_calls", 0)
+            usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+            if not wins[line >> 3] & (1 << (line & 7)):
+                continue
+            status = meta.get("status")
+            if status not in KEPT:
+                counts["discarded_no_reasoning"] += 1
+            elif meta.get("hallucinated_tools"):
+                counts["dropped_hallucinated_tools"] += 1
+            else:
+                counts[status] += 1
+                add_tool_stats(tools, tail.get("tool_stats"))
+                add_reasoning(reasoning, meta.get("reasoning"))
+                out.write(head if head is not None else _without_hermes(tail))
+    return {"counts": counts, "usage": usage, "tools": tools, "reasoning": reasoning, "api_calls": api_calls}
+
+
+def _without_hermes(entry: dict[str, Any]) -> bytes:
+    """A line of another shape than the runner's: decoded whole, so encoded again."""
+    return (json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _reason(error: str) -> str:
