@@ -175,9 +175,14 @@ def gen_resume(root: Path, rows: int, done: int, batch_size: int, run_name: str)
 
 
 def time_plan(root: Path, run_name: str, cold: bool) -> dict:
-    """hermes.session-style planning: load_rows + RunIndex + done_keys + the set difference."""
+    """hermes.session-style planning, step by step.
+
+    Keys kept for bench/report.py: load_rows = reading and checking the dataset (read_dataset,
+    or load_rows before it existed); open_index = RunIndex; done_keys = the dataset's keys into
+    DuckDB (load_dataset; before: fetching the done keys); difference = owed rows as full Rows
+    (before: the set difference); checkpoint = what RunSession.plan() adds.
+    """
     from hermes import rundir
-    from hermes.dataset import load_rows
     from hermes.store import RunIndex
 
     run_dir = root / "data" / run_name
@@ -186,10 +191,41 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
             p.unlink()
     out: dict = {"cold": cold}
     t = time.perf_counter()
-    rows, _ = load_rows(root / "dataset.jsonl")
+    try:
+        from hermes.dataset import read_dataset
+    except ImportError:  # a snapshot from before read_dataset (HERMES_BENCH_SRC)
+        return _time_plan_rows(root, run_dir, run_name, out, t)
+    dataset = read_dataset(root / "dataset.jsonl")
     out["load_rows"] = time.perf_counter() - t
     t1 = time.perf_counter()
     index = RunIndex(run_dir)          # cold: indexes every batch file; warm: checks sizes only
+    out["open_index"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    index.load_dataset(dataset)
+    out["done_keys"] = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    owed = dataset.rows(index.owed())
+    out["difference"] = time.perf_counter() - t3
+    out["plan_total"] = time.perf_counter() - t
+    t4 = time.perf_counter()
+    rundir.write_checkpoint(run_dir, run_name, index.completed_json(), index.batch_stats())
+    out["checkpoint"] = time.perf_counter() - t4
+    done = index.con.execute("SELECT count(DISTINCT key) FROM outcomes WHERE status <> 'failed'").fetchone()[0]
+    index.close()
+    out.update(rows=len(dataset), done=done, owed=len(owed), maxrss_mib=_maxrss_mib())
+    return out
+
+
+def _time_plan_rows(root: Path, run_dir: Path, run_name: str, out: dict, t: float) -> dict:
+    """The same steps with the API before read_dataset: every row a Row, sets in Python."""
+    from hermes import rundir
+    from hermes.dataset import load_rows
+    from hermes.store import RunIndex
+
+    rows, _ = load_rows(root / "dataset.jsonl")
+    out["load_rows"] = time.perf_counter() - t
+    t1 = time.perf_counter()
+    index = RunIndex(run_dir)
     out["open_index"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     done = index.done_keys()
@@ -198,7 +234,6 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
     owed = [r for r in rows if r.key not in done]
     out["difference"] = time.perf_counter() - t3
     out["plan_total"] = time.perf_counter() - t
-    # What RunSession.plan() does besides: checkpoint.json (a pass over the rows + batch stats).
     t4 = time.perf_counter()
     completed = [r.index for r in rows if r.key in done]
     rundir.write_checkpoint(run_dir, run_name, completed, index.batch_stats())

@@ -3,17 +3,23 @@
 A content key identifies a row by what it asks, not where it stands: a hash of prompt, image
 and cwd, plus the occurrence number among identical rows. A reordered dataset keeps its keys;
 a prompt listed three times has three keys and needs three completions.
+
+A whole dataset is checked before anything runs, but kept small (hermes.dataset.Dataset): per
+row its line, byte offset and hash, 32 bytes. A row's PromptRow is built again from its line
+when the row is owed; a million rows of which 1% are owed build 10,000 of them.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 import json
+from array import array
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import from_json
 
 
 class DatasetError(ValueError):
@@ -63,9 +69,14 @@ class Row:
 
 
 def content_hash(row: PromptRow) -> str:
+    return _digest(row.prompt, row.container_image, row.cwd).hex()
+
+
+def _digest(prompt: str, image: str | None, cwd: str | None) -> bytes:
     # repr of a tuple of str/None is unambiguous and cheap (json.dumps was most of planning's time).
-    payload = repr((row.prompt, row.container_image, row.cwd))
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    # Keys are persisted in users' runs: this must never change. 16 bytes = the key's 32 hex digits.
+    payload = repr((prompt, image, cwd))
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
 def _describe(err: ValidationError) -> str:
@@ -76,42 +87,133 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def load_rows(path: str | Path, *, max_samples: int | None = None, skip_bad: bool = False) -> tuple[list[Row], list[str]]:
-    """Read and validate the whole file before anything runs.
+_HASH = 16  # bytes of a row's hash kept in a Dataset
 
-    Returns (rows, problems). Raises DatasetError when there are problems and not skip_bad.
-    Blank lines are ignored, as by the reference system.
+
+@dataclass
+class Dataset:
+    """A checked dataset, kept small: per row its line number, byte offset and content hash."""
+
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    lines: array = field(default_factory=lambda: array("q"))
+    offsets: array = field(default_factory=lambda: array("q"))
+    hashes: bytearray = field(default_factory=bytearray)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def hash_chunks(self, size: int = 100_000) -> Iterator[tuple[int, str]]:
+        """(first row, comma-separated hex hashes) of `size` rows at a time (for DuckDB, hermes.store)."""
+        for start in range(0, len(self), size):
+            yield start, self.hashes[start * _HASH:(start + size) * _HASH].hex(",", _HASH)
+
+    def keys(self) -> list[str]:
+        """Every row's content key, in dataset order (hermes.store.load_dataset numbers them alike in SQL)."""
+        seen: Counter[bytes] = Counter()
+        keys = []
+        for i in range(len(self)):
+            h = bytes(self.hashes[i * _HASH:(i + 1) * _HASH])
+            keys.append(f"{h.hex()}-{seen[h]}")
+            seen[h] += 1
+        return keys
+
+    def rows(self, wanted: Iterable[tuple[int, str]]) -> list[Row]:
+        """Full rows for (index, key) pairs, read again from the file.
+
+        A line that no longer hashes as it did when the dataset was checked (the file changed
+        under the run) is refused: its key would name another prompt.
+        """
+        out = []
+        with self.path.open("rb") as f:
+            for index, key in wanted:
+                f.seek(self.offsets[index])
+                row = _validated(f.readline())
+                if row is None or _digest(row.prompt, row.container_image, row.cwd) != self._hash(index):
+                    raise DatasetError(str(self.path), [f"{self.path}:{self.lines[index]}: changed since the "
+                                                        "dataset was checked; run again to check it anew"])
+                out.append(Row(index=index, line=self.lines[index], key=key, row=row))
+        return out
+
+    def _hash(self, index: int) -> bytes:
+        return bytes(self.hashes[index * _HASH:(index + 1) * _HASH])
+
+
+def read_dataset(path: str | Path, *, max_samples: int | None = None, skip_bad: bool = False) -> Dataset:
+    """Read and check the whole file before anything runs; keep 32 bytes a row.
+
+    Raises DatasetError listing every bad line when there are some and not skip_bad (then
+    they are in .problems). Blank lines are ignored, as by the reference system.
     """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(str(path), [f"{path}: no such file"])
-    rows: list[Row] = []
-    problems: list[str] = []
-    seen: Counter[str] = Counter()
+    ds = Dataset(path)
+    offset = 0
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
-            if max_samples is not None and len(rows) >= max_samples:
+            start, offset = offset, offset + len(raw)
+            if max_samples is not None and len(ds) >= max_samples:
                 break
             if not raw.strip():
                 continue
-            try:
-                # Fast path: pydantic parses and validates in one go (a million rows in seconds).
-                row = PromptRow.model_validate_json(raw)
-            except ValidationError:
-                row = None
-            if row is None:
+            fields = _fields(raw)
+            if fields is None:
                 problem = _problem(raw, path, lineno)
                 if problem:
-                    problems.append(problem)
+                    ds.problems.append(problem)
                     continue
                 row = PromptRow.model_validate(json.loads(raw))
-            h = content_hash(row)
-            occurrence = seen[h]
-            seen[h] += 1
-            rows.append(Row(index=len(rows), line=lineno, key=f"{h}-{occurrence}", row=row))
-    if problems and not skip_bad:
-        raise DatasetError(str(path), problems)
-    return rows, problems
+                fields = (row.prompt, row.container_image, row.cwd)
+            ds.lines.append(lineno)
+            ds.offsets.append(start)
+            ds.hashes += _digest(*fields)
+    if ds.problems and not skip_bad:
+        raise DatasetError(str(path), ds.problems)
+    return ds
+
+
+def load_rows(path: str | Path, *, max_samples: int | None = None, skip_bad: bool = False) -> tuple[list[Row], list[str]]:
+    """Every row as a full Row (for small datasets and tests; runs use read_dataset).
+
+    Returns (rows, problems). Raises DatasetError when there are problems and not skip_bad.
+    """
+    ds = read_dataset(path, max_samples=max_samples, skip_bad=skip_bad)
+    return ds.rows(enumerate(ds.keys())), ds.problems
+
+
+def _fields(raw: bytes) -> tuple[str, str | None, str | None] | None:
+    """(prompt, container image, cwd) of a line PromptRow accepts; None for any doubt.
+
+    The fast path: pydantic_core's parser and the checks PromptRow makes, without building the
+    model (building two models a row was most of planning's time). Anything unusual goes the
+    slow way (_problem and PromptRow), so what is accepted and what is reported do not change.
+    """
+    try:
+        data = from_json(raw)
+    except ValueError:
+        return None
+    if type(data) is not dict:
+        return None
+    prompt, image, docker_image, cwd = (data.get(k) for k in ("prompt", "image", "docker_image", "cwd"))
+    if type(prompt) is not str or not prompt:
+        return None
+    if any(v is not None and type(v) is not str for v in (image, docker_image, cwd)):
+        return None
+    if image and docker_image and image != docker_image:
+        return None
+    return prompt, image or docker_image, cwd
+
+
+def _validated(raw: bytes) -> PromptRow | None:
+    try:
+        return PromptRow.model_validate_json(raw)
+    except ValidationError:
+        pass
+    try:  # what the JSON parser of pydantic refuses, json accepts (as read_dataset does)
+        return PromptRow.model_validate(json.loads(raw))
+    except (ValueError, ValidationError):
+        return None
 
 
 def _problem(raw: bytes, path: Path, lineno: int) -> str | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hermes import rundir, sandbox
-from hermes.dataset import Row, load_rows
+from hermes.dataset import Dataset, Row, read_dataset
 from hermes.runner import RunContext
 from hermes.sandbox.docker import remove_own
 from hermes.sandbox.lifecycle import RunGuard
@@ -33,14 +33,13 @@ class Batch:
 class RunSession:
     settings: RunSettings
     path: Path
-    rows: list[Row]
+    dataset: Dataset
     index: RunIndex
     lock: rundir.RunLock
     ctx: RunContext
     started: datetime = field(default_factory=datetime.now)
     prompts_run: int = 0
     guard: RunGuard | None = None
-    done: set[str] = field(default_factory=set)
     _checkpoint_at: float = 0.0
 
     @classmethod
@@ -51,9 +50,9 @@ class RunSession:
                 f"run '{settings.run_name}' already has results in {path}. "
                 f"Pass --resume (resume: true in a deployment or UI run) to continue it, "
                 f"or choose a new --run_name (or delete {path}) to start over.")
-        rows, skipped = load_rows(settings.dataset_file, max_samples=settings.max_samples,
-                                  skip_bad=settings.skip_bad_lines)
-        for problem in skipped:
+        dataset = read_dataset(settings.dataset_file, max_samples=settings.max_samples,
+                               skip_bad=settings.skip_bad_lines)
+        for problem in dataset.problems:
             log.warning("skipped bad line: %s", problem)
         lock = rundir.RunLock(path)
         lock.acquire()
@@ -62,7 +61,8 @@ class RunSession:
             if settings.sandbox.backend == "docker":
                 _prepare_sandboxes(settings)
             index = RunIndex(path)
-            rundir.write_manifest(path, settings, total_prompts=len(rows))
+            index.load_dataset(dataset)
+            rundir.write_manifest(path, settings, total_prompts=len(dataset))
             ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
                                     limiter=threading.BoundedSemaphore(settings.num_workers))
             if settings.sandbox.backend == "docker":
@@ -72,25 +72,23 @@ class RunSession:
                 guard.uninstall()
             lock.release()
             raise
-        return cls(settings=settings, path=path, rows=rows, index=index, lock=lock, ctx=ctx, guard=guard)
+        return cls(settings=settings, path=path, dataset=dataset, index=index, lock=lock, ctx=ctx, guard=guard)
 
     def plan(self) -> list[Batch]:
-        """The rows still owed, re-batched; numbering continues after the batches on disk."""
-        self.done = self.index.done_keys()
-        done = set(self.done)
-        if self.settings.max_attempts:
-            attempts = self.index.failed_attempts()
-            given_up = {k for k, n in attempts.items() if n >= self.settings.max_attempts}
-            if given_up:
-                log.warning("%d prompt(s) failed %d times and are not retried (--max_attempts)",
-                            len(given_up), self.settings.max_attempts)
-            done |= given_up
-        owed = [r for r in self.rows if r.key not in done]
+        """The rows still owed, re-batched; numbering continues after the batches on disk.
+
+        DuckDB joins the dataset's keys with the journal's outcomes; only owed rows become Rows.
+        """
+        max_attempts = self.settings.max_attempts
+        if max_attempts and (given_up := self.index.given_up(max_attempts)):
+            log.warning("%d prompt(s) failed %d times and are not retried (--max_attempts)", given_up, max_attempts)
+        owed = self.dataset.rows(self.index.owed(max_attempts))
         first = self.index.next_batch_num()
         size = self.settings.batch_size
         batches = [Batch(first + i, owed[j:j + size]) for i, j in enumerate(range(0, len(owed), size))]
+        total = len(self.dataset)
         log.info("run '%s': %d prompts, %d already done, %d owed in %d batch(es)",
-                 self.settings.run_name, len(self.rows), len(self.rows) - len(owed), len(owed), len(batches))
+                 self.settings.run_name, total, total - len(owed), len(owed), len(batches))
         self.write_checkpoint()
         return batches
 
@@ -99,15 +97,14 @@ class RunSession:
         path = self.path / f"batch_{batch.num}.jsonl"
         if path.exists():
             self.index.index_batch(batch.num, path)
-            self.done |= self.index.done_keys(batch.num)
         self.prompts_run += len(batch.rows)
         if time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
             self.write_checkpoint()
 
     def write_checkpoint(self) -> None:
-        # Costs a pass over the dataset: throttled, so a run of many small batches stays linear.
-        completed = [r.index for r in self.rows if r.key in self.done]
-        rundir.write_checkpoint(self.path, self.settings.run_name, completed, self.index.batch_stats())
+        # A join over the whole dataset: throttled, so a run of many small batches stays linear.
+        rundir.write_checkpoint(self.path, self.settings.run_name, self.index.completed_json(),
+                                self.index.batch_stats())
         self._checkpoint_at = time.monotonic()
 
     def close(self) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import duckdb
 
 from hermes import journal, rundir
-from hermes.dataset import DatasetError, load_rows
-from hermes.store import COLUMNS
+from hermes.dataset import DatasetError, read_dataset
+from hermes.store import COLUMNS, load_dataset
 
 
 def is_active(run_path: Path) -> bool:
@@ -38,8 +38,8 @@ def run_status(run_path: Path) -> dict[str, Any]:
     manifest = rundir.read_manifest(run_path)
     files = [str(p) for _, p in journal.batch_files(run_path)]
     per_key: list[tuple] = []
+    con = duckdb.connect()
     if files:
-        con = duckdb.connect()
         con.execute(
             """CREATE TABLE o AS SELECT prompt_index, hermes.key AS key, hermes.status AS status, hermes.error AS error,
                       filename FROM read_json(?, format='newline_delimited', columns=?, ignore_errors=true, filename=true)
@@ -50,7 +50,6 @@ def run_status(run_path: Path) -> dict[str, Any]:
                       count(*) FILTER (WHERE status = 'failed') AS failures,
                       arg_max(error, filename) FILTER (WHERE status = 'failed') AS last_error
                FROM o GROUP BY key""").fetchall()
-        con.close()
     done = {k: final for k, final, _, _ in per_key if final != "failed"}
     failed = {k: (n, err) for k, final, n, err in per_key if final == "failed"}
     reasons: dict[str, int] = {}
@@ -76,12 +75,22 @@ def run_status(run_path: Path) -> dict[str, Any]:
     dataset = manifest.get("dataset_file")
     if dataset:
         try:
-            rows, _ = load_rows(dataset, max_samples=settings.get("max_samples"), skip_bad=True)
-            status["total_prompts"] = len(rows)
-            status["owed"] = sum(r.key not in done for r in rows)
+            status["total_prompts"], status["owed"] = _owed(con, read_dataset(
+                dataset, max_samples=settings.get("max_samples"), skip_bad=True), bool(files))
         except DatasetError as e:
             status["dataset_problem"] = str(e).splitlines()[0]
+    con.close()
     return status
+
+
+def _owed(con: duckdb.DuckDBPyConnection, dataset, journal_read: bool) -> tuple[int, int]:
+    """(rows, rows still owed): rows with no successful line in the journal, joined in DuckDB."""
+    if not journal_read:
+        return len(dataset), len(dataset)
+    load_dataset(con, dataset)
+    owed = con.execute("""SELECT count(*) FROM dataset d WHERE NOT EXISTS
+                            (SELECT 1 FROM o WHERE o.key = d.key AND o.status <> 'failed')""").fetchone()[0]
+    return len(dataset), owed
 
 
 def format_status(s: dict[str, Any]) -> str:

@@ -223,3 +223,42 @@ def test_two_runs_of_the_same_name_at_once_are_refused(run):
                 run(server, [{"prompt": "a"}])
         finally:
             lock.release()
+
+
+# ------------------------------------------------------------------ planning: a join, not a pass over Python rows
+
+def test_plan_owes_only_rows_without_a_success_and_checkpoints_the_rest(tmp_path):
+    from hermes.dataset import read_dataset
+    from hermes.session import RunSession
+
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in ["a", "b", "a", "c", "d", "e"]])
+    keys = read_dataset(dataset).keys()
+    run_dir = tmp_path / "data" / "planned"
+    run_dir.mkdir(parents=True)
+
+    def journal_file(num: int, outcomes: list[tuple[int, str]]) -> None:
+        (run_dir / f"batch_{num}.jsonl").write_text("".join(json.dumps(
+            {"prompt_index": i, "conversations": [], "api_calls": 1, "tool_stats": {},
+             "hermes": {"key": keys[i], "status": status, "error": None if status != "failed" else "boom"}}) + "\n"
+            for i, status in outcomes))
+
+    # the first "a" done; "b" failed twice (given up at max_attempts=2); the second "a" failed once;
+    # "c" discarded for want of reasoning (it ran: done); "e" failed, then done on a resume
+    journal_file(0, [(0, "completed"), (1, "failed"), (2, "failed"), (5, "failed")])
+    journal_file(1, [(1, "failed"), (3, "discarded"), (5, "partial")])
+    settings = RunSettings(dataset_file=str(dataset), run_name="planned", output_dir=str(tmp_path / "data"),
+                           batch_size=1, resume=True, max_attempts=2, sandbox={"backend": "local"})
+    session = RunSession.open(settings, api_key="unused")
+    try:
+        batches = session.plan()
+    finally:
+        session.close()
+    assert [(b.num, [(r.index, r.row.prompt, r.key) for r in b.rows]) for b in batches] == [
+        (2, [(2, "a", keys[2])]), (3, [(4, "d", keys[4])])]
+    text = (run_dir / "checkpoint.json").read_text()
+    checkpoint = json.loads(text)
+    assert list(checkpoint) == ["run_name", "completed_prompts", "batch_stats", "last_updated"]
+    assert checkpoint["completed_prompts"] == [0, 3, 5]
+    assert '"completed_prompts": [0,3,5],' in text  # one line, however many prompts
+    assert checkpoint["batch_stats"] == {"0": {"processed": 4, "skipped": 3, "discarded_no_reasoning": 0},
+                                         "1": {"processed": 3, "skipped": 1, "discarded_no_reasoning": 1}}
