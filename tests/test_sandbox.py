@@ -362,7 +362,7 @@ def test_unavailable_image(image, settings):
 
 @docker_test
 def test_system_cwd_gets_no_tmpfs_and_says_so(make, caplog):
-    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.docker"):
+    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.container"):
         sb = make(cwd="/etc")
         make(cwd="/etc")
     said = [r.getMessage() for r in caplog.records if "READ-ONLY" in r.getMessage()]
@@ -437,9 +437,9 @@ def test_unenterable_cwd_is_reported(sb):
 
 @docker_test
 def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
-    from hermes.sandbox import docker as backend
+    from hermes.sandbox import channel
 
-    monkeypatch.setattr(backend, "_WRAPPER", backend._WRAPPER.replace("command -v setsid", "false"))
+    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace("command -v setsid", "false"))
     started = time.monotonic()
     r = sb.exec("sleep 100", timeout=1)
     assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 5
@@ -448,9 +448,10 @@ def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
 
 @docker_test
 def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
+    from hermes.sandbox import channel
     from hermes.sandbox import docker as backend
 
-    monkeypatch.setattr(backend, "_WRAPPER", backend._WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
+    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
     monkeypatch.setattr(backend, "HOST_GRACE", 1.0)
     started = time.monotonic()
     r = sb.exec("sleep 77", timeout=1)

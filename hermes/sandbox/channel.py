@@ -1,0 +1,190 @@
+"""The exec wrapper and the command channel: the shell texts run in a sandbox, the reader of
+the engine's exec stream, and the open channel exec.
+
+Commands run as `sh -c` under a small POSIX-sh wrapper that starts the command in a
+session of its own (`setsid`) next to a timer that kills that whole process group at the
+time limit; the host also bounds its wait. The command's stdout and stderr come merged, in
+order. The wrapper prints an end marker after the command, so a command that leaves a
+background process holding its output returns at once instead of waiting for the engine's
+I/O grace period.
+
+A sandbox's one exec is a command channel (see _SERVER): a small `sh` loop taking framed
+requests (run a command under the wrapper above, read a file, write a file) on its stdin, so
+a tool call costs no engine round trip; a call that cannot have it gets an exec of its own
+(the same texts, run directly), as all calls once did.
+"""
+from __future__ import annotations
+
+import base64
+import socket
+import struct
+import time
+from typing import Any
+
+from hermes.sandbox.base import SandboxError
+
+# --------------------------------------------------------------------------- the exec wrapper
+
+# $1 nonce, $2 seconds, $3 cwd, $4 command. fd 3 is the control channel (the exec's stderr);
+# the command's stdout and stderr both go to the exec's stdout, in order.
+_WRAPPER = r"""exec 3>&2 2>&1
+n=$1 t=$2 d=$3 c=$4
+cd -- "$d" 2>/dev/null || { mkdir -p -- "$d" 2>/dev/null; cd -- "$d"; } || { printf '\n%s 126 1\n' "$n"; exit 126; }
+if command -v setsid >/dev/null 2>&1; then
+  setsid sh -c "$c" </dev/null 3>&- &
+  p=$!
+  echo "$n pgid $p" >&3
+  setsid sh -c 'sleep "$1" && kill -9 -"$2"' hermes-timer "$t" "$p" </dev/null >/dev/null 2>&1 3>&- &
+  w=$!
+  { wait "$p"; } 2>/dev/null; r=$?
+  kill -9 "$w" -"$w" 2>/dev/null
+else
+  sh -c "$c" </dev/null 3>&- &
+  p=$!
+  echo "$n pid $p" >&3
+  ( sleep "$t" && kill -9 "$p" ) </dev/null >/dev/null 2>&1 3>&- &
+  w=$!
+  { wait "$p"; } 2>/dev/null; r=$?
+  kill -9 "$w" 2>/dev/null
+fi
+{ wait "$w"; } 2>/dev/null; f=$?
+printf '\n%s %s %s\n' "$n" "$r" "$f"
+"""
+
+# $1 cwd, $2 path: enter cwd, then say why the file cannot be read (exit 3/4/5) or return 0.
+_READ_CHECKS = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
+[ -e "$2" ] || { echo "No such file or directory: $2" >&2; exit 3; }
+[ -d "$2" ] && { echo "Is a directory: $2" >&2; exit 4; }
+[ -r "$2" ] || { echo "Permission denied: $2" >&2; exit 5; }
+"""
+_READ = _READ_CHECKS + 'exec cat -- "$2"\n'
+
+_WRITE = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
+p=$2
+if [ -d "$p" ]; then cat >/dev/null; echo "Is a directory: $p" >&2; exit 4; fi
+d=$(dirname -- "$p")
+if ! { [ -d "$d" ] || mkdir -p -- "$d"; } 2>&1 >&2; then cat >/dev/null; exit 5; fi
+if ! cat > "$p"; then cat >/dev/null; exit 5; fi
+"""
+
+
+# The command channel: one `sh` per container, started once, serving every later command and
+# file operation of the sandbox over its exec's stdin/stdout/stderr, so a tool call costs no
+# engine round trip. Its text comes over stdin (see _server_text: in argv it would fill every
+# `ps` listing), set up with W the exec wrapper, R the read checks, V the write script (the
+# texts the per-call path runs); it says "~hermes-channel PID" on stderr when it listens. One request a line on stdin; arguments are base64 (of the
+# text plus "."), so no byte of a command or path can end a line or a field:
+#   NONCE x SECONDS CWD COMMAND   run a command: "\nNONCE s\n", then the wrapper's own output
+#                                 and end marker, on stdout (the command's stdout and stderr)
+#   NONCE r CWD PATH              read a file       } answered on stderr, which no command holds:
+#   NONCE w CWD PATH SIZE         write a file: SIZE } "~NONCE\n", the payload (base64 of the file,
+#                                 raw bytes follow   }  or the error), "\n~NONCE CODE\n"
+#   NONCE p "hermes."             ping: can this shell decode its requests?
+# The nonce is fresh per request and lives only in this shell's memory (not in any argv or
+# environment a command can read), so output can neither fake an answer nor end one early.
+# Commands get /dev/null as stdin: the request stream is this shell's alone. A wrapper killed
+# from inside (kill $PPID) still gets an end marker, from here.
+_SERVER = r"""printf '~hermes-channel %s\n' "$$" >&2
+arg() { printf %s "$1" | base64 -d; }
+while IFS=' ' read -r n o a b c; do
+  case $o in
+  x) d=$(arg "$b"); d=${d%.}; e=$(arg "$c"); e=${e%.}
+     printf '\n%s s\n' "$n"
+     ( set -- "$n" "$a" "$d" "$e"; eval "$W" ) </dev/null
+     s=$?; [ "$s" = 0 ] || [ "$s" = 126 ] || printf '\n%s %s 1\n' "$n" "$s" ;;
+  r|w) d=$(arg "$a"); d=${d%.}; p=$(arg "$b"); p=${p%.}
+     printf '~%s\n' "$n" >&2
+     if [ "$o" = r ]; then
+       ( set -- "$d" "$p"; eval "$R" && exec base64 <"$p" ) </dev/null >&2 2>&1
+     else
+       head -c "$c" | ( set -- "$d" "$p"; eval "$V" ) >&2 2>&1
+     fi
+     printf '\n~%s %s\n' "$n" "$?" >&2 ;;
+  p) printf '~%s\n' "$n" >&2
+     [ "$(arg "$a")" = hermes. ] && command -v head >/dev/null
+     printf '\n~%s %s\n' "$n" "$?" >&2 ;;
+  esac
+done
+"""
+#: seconds a new channel may take to answer its first ping before the sandbox does without it
+CHANNEL_HELLO_TIMEOUT = 30.0
+#: a channel whose stdout carries more than this of earlier commands' background output between
+#: requests is left to those jobs and a fresh one opened: their output then cannot spill into
+#: every later command's (output printed while a later command runs does show in it, as in a terminal)
+STALE_LIMIT = 64 << 10
+#: the channel exec's command: reads exactly its script (nothing else is sent before it answers)
+_BOOT = 'eval "$(head -c {n})"'
+
+
+def _server_text() -> bytes:
+    """The channel's script with the current wrapper texts in it (read at each opening)."""
+    import shlex
+
+    defs = f"W={shlex.quote(_WRAPPER)}\nR={shlex.quote(_READ_CHECKS)}\nV={shlex.quote(_WRITE)}\n"
+    return (defs + _SERVER).encode()
+
+
+def _arg(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8", "surrogateescape") + b".").decode("ascii")
+
+
+def _fmt_seconds(t: float) -> str:
+    return f"{max(t, 0.01):.3f}".rstrip("0").rstrip(".")
+
+
+class _Frames:
+    """Reads the engine's multiplexed exec stream: (stream number, payload) pairs."""
+
+    def __init__(self, sock: Any):
+        self.io = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.buf = bytearray()
+
+    def _fill(self, n: int, deadline: float) -> bool:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline")
+            self.raw.settimeout(min(left, 3600.0))
+            chunk = self.raw.recv(max(65536, n - len(self.buf)))
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    def next(self, deadline: float) -> tuple[int, bytes] | None:
+        if not self._fill(8, deadline):
+            return None
+        stream, size = self.buf[0], struct.unpack(">I", bytes(self.buf[4:8]))[0]
+        if not self._fill(8 + size, deadline):
+            return None
+        payload = bytes(self.buf[8:8 + size])
+        del self.buf[:8 + size]
+        return stream, payload
+
+    def close(self) -> None:
+        for s in (self.raw, self.io):
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class _ChannelLost(SandboxError):
+    """The channel's shell was gone before it took the request: it can be sent again on a new one."""
+
+
+class _Channel:
+    """The open exec of a container's command channel (see _SERVER): requests out, frames in."""
+
+    def __init__(self, exec_id: str, frames: _Frames):
+        self.exec_id = exec_id
+        self.frames = frames
+        self.pid: str | None = None
+
+    def send(self, data: bytes, deadline: float) -> None:
+        self.frames.raw.settimeout(max(0.01, deadline - time.monotonic()))
+        self.frames.raw.sendall(data)
+
+    def close(self) -> None:
+        self.frames.close()  # its shell reads EOF and ends once its current command has

@@ -1,0 +1,283 @@
+"""The Docker engine: the process-wide client, the gate its container calls pass, what it
+says it cannot enforce, and the images it has.
+
+Creates, starts and removes pass a process-wide gate (settings.engine_concurrency) with a time
+limit (settings.engine_timeout); see _Gate for why more in flight only slows the engine down.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any, Iterator
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound
+
+from hermes.sandbox.base import EngineTimeout, ImageUnavailable, SandboxError, SandboxSettings
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- the client
+
+
+_client_lock = threading.Lock()
+_client: docker.DockerClient | None = None
+
+
+def get_client() -> docker.DockerClient:
+    """The process-wide docker client (DOCKER_HOST etc. from the environment)."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            try:
+                client = docker.from_env(timeout=120, max_pool_size=128)
+                client.ping()
+            except DockerException as e:
+                raise SandboxError(f"no Docker engine answers: {e}") from e
+            _client = client
+        return _client
+
+
+class _Gate:
+    """Bounds the container creates, starts and removes in flight at the engine, process-wide.
+
+    dockerd gets slower, not faster, with more of them at once (a bare sandbox lives ~0.5 s at
+    4 in flight, ~8 s at 64, for the same throughput) and deadlocked here at 64: past a handful,
+    concurrency only queues inside the engine. Waiting here for a slot is bounded too, so a
+    stuck engine fails prompts instead of piling them up.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.busy = 0
+        self._cond = threading.Condition()
+
+    def resize(self, limit: int) -> None:
+        with self._cond:
+            if limit != self.limit:
+                self.limit = limit
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def slot(self, what: str, timeout: float) -> Iterator[None]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.busy < self.limit, timeout):
+                raise EngineTimeout(f"Docker engine too slow: {what} waited {timeout:g}s behind "
+                                    f"{self.busy} container operations in flight")
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.busy -= 1
+                self._cond.notify()
+
+
+_gate = _Gate(SandboxSettings().engine_concurrency)
+
+
+@contextlib.contextmanager
+def _engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
+    """One gated engine call; a time-out becomes EngineTimeout (the SDK raises requests' own
+    exceptions for it, which are no DockerException)."""
+    _gate.resize(settings.engine_concurrency)
+    with _gate.slot(what, settings.engine_timeout):
+        try:
+            yield
+        except requests.exceptions.Timeout as e:
+            raise EngineTimeout(f"Docker engine did not answer {what} within {settings.engine_timeout:g}s") from e
+        except requests.exceptions.ConnectionError as e:
+            raise SandboxError(f"Docker engine connection failed during {what}: {e}") from e
+
+
+_lifecycle_clients: dict[float, docker.DockerClient] = {}
+
+
+def _lifecycle_client(client: docker.DockerClient, timeout: float) -> docker.DockerClient:
+    """A client whose calls give up after `timeout` s: the shared one waits 120 s, which an
+    engine call of a prompt should never. Only for the process-wide default client."""
+    if client is not _client:
+        return client
+    with _client_lock:
+        found = _lifecycle_clients.get(timeout)
+        if found is None:
+            try:
+                found = docker.from_env(timeout=timeout, max_pool_size=64, version=client.api.api_version)
+            except DockerException as e:
+                raise SandboxError(f"no Docker engine answers: {e}") from e
+            _lifecycle_clients[timeout] = found
+        return found
+
+
+def engine_available() -> bool:
+    try:
+        get_client()
+        return True
+    except SandboxError:
+        return False
+
+
+def _key(client: docker.DockerClient) -> str:
+    return str(getattr(client.api, "base_url", id(client)))
+
+
+def _loud(msg: str, *args: Any) -> None:
+    log.warning("SANDBOX HARDENING NOT APPLIED: " + msg, *args)
+
+
+# --------------------------------------------------------------------------- engine capabilities
+
+_engine_lock = threading.Lock()
+_engine_problems: dict[str, list[str]] = {}
+_seen_warnings: set[str] = set()
+_verified: set[tuple[str, str]] = set()
+
+
+def engine_problems(client: docker.DockerClient | None = None) -> list[str]:
+    """What this engine says it cannot enforce (checked once per process, logged loudly)."""
+    client = client or get_client()
+    key = _key(client)
+    with _engine_lock:
+        if key in _engine_problems:
+            return _engine_problems[key]
+        problems: list[str] = []
+        try:
+            info = client.info()
+        except DockerException as e:
+            raise SandboxError(f"docker info failed: {e}") from e
+        for flag, what in (("MemoryLimit", "memory limit"), ("SwapLimit", "swap limit (memory+swap)"),
+                           ("CpuCfsQuota", "CPU limit (CFS quota)"), ("PidsLimit", "pids limit")):
+            if info.get(flag) is False:
+                problems.append(f"{what}: engine reports {flag}=false")
+        if not any("seccomp" in str(o) for o in info.get("SecurityOptions") or []):
+            problems.append("seccomp: engine has no seccomp profile")
+        for w in info.get("Warnings") or []:
+            problems.append(f"engine warning: {w}")
+        for p in problems:
+            _loud("%s", p)
+        _engine_problems[key] = problems
+        return problems
+
+
+def _report_create_warnings(warnings: list[str] | None) -> None:
+    for w in warnings or []:
+        with _engine_lock:
+            if w in _seen_warnings:
+                continue
+            _seen_warnings.add(w)
+        _loud("engine said on container create: %s", w)
+
+
+def _host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
+    """What the engine did not apply, read back from a container's HostConfig."""
+    expect = {
+        "Memory": ("memory limit", lambda v: bool(v)),
+        "MemorySwap": ("swap limit (memory+swap)", lambda v: v == hc.get("Memory")),
+        "NanoCpus": ("CPU limit", lambda v: v == int(settings.cpus * 1e9)),
+        "PidsLimit": ("pids limit", lambda v: v == settings.pids_limit),
+        "ReadonlyRootfs": ("read-only root", lambda v: bool(v) == settings.read_only),
+        "CapDrop": ("dropped capabilities", lambda v: "ALL" in (v or [])),
+        "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
+        "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
+        "Init": ("init process", lambda v: bool(v)),
+    }
+    return [f"{what}: the container's HostConfig.{field} is {hc.get(field)!r}"
+            for field, (what, ok) in expect.items() if not ok(hc.get(field))]
+
+
+def _verify_host_config(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
+    """Once per process and settings: read back what the engine actually applied."""
+    key = (_key(client), settings.model_dump_json())
+    with _engine_lock:
+        if key in _verified:
+            return
+        _verified.add(key)
+    for problem in _host_config_problems(client.api.inspect_container(cid).get("HostConfig") or {}, settings):
+        _loud("container %s: %s", cid[:12], problem)
+
+
+# --------------------------------------------------------------------------- images
+
+_image_lock = threading.Lock()
+_image_key_locks: dict[tuple[str, str], threading.Lock] = {}
+_images_ok: dict[tuple[str, str], dict] = {}
+_images_failed: dict[tuple[str, str], str] = {}
+
+
+def ensure_image(*args: Any, pull_timeout: float | None = None, client: docker.DockerClient | None = None) -> str:
+    """Make sure an image is here: present locally, else pulled within `pull_timeout` s.
+
+    Call as ``ensure_image(image, pull_timeout=120)`` or ``ensure_image(client, image, pull_timeout)``.
+    Cached per process (a failed pull is not retried, a local image is always looked for).
+    Raises ImageUnavailable(image, reason).
+    """
+    rest = list(args)
+    if rest and not isinstance(rest[0], str):
+        client = rest.pop(0)
+    if not rest:
+        raise TypeError("ensure_image needs an image name")
+    image = rest.pop(0)
+    if rest:
+        pull_timeout = rest.pop(0)
+    _image_config(image, 120.0 if pull_timeout is None else float(pull_timeout), client or get_client())
+    return image
+
+
+def _image_config(image: str, pull_timeout: float, client: docker.DockerClient) -> dict:
+    key = (_key(client), image)
+    if key in _images_ok:
+        return _images_ok[key]
+    with _image_lock:
+        lock = _image_key_locks.setdefault(key, threading.Lock())
+    with lock:
+        if key in _images_ok:
+            return _images_ok[key]
+        try:
+            cfg = client.api.inspect_image(image).get("Config") or {}
+            _images_ok[key] = cfg
+            return cfg
+        except ImageNotFound:
+            pass
+        except DockerException as e:
+            raise SandboxError(f"cannot check image {image}: {e}") from e
+        if key in _images_failed:
+            raise ImageUnavailable(image, _images_failed[key])
+        reason = _pull(client, image, pull_timeout)
+        if reason is None:
+            try:
+                cfg = client.api.inspect_image(image).get("Config") or {}
+                _images_ok[key] = cfg
+                return cfg
+            except DockerException as e:
+                reason = f"pulled, yet not found: {e}"
+        _images_failed[key] = reason
+        raise ImageUnavailable(image, reason)
+
+
+def _pull(client: docker.DockerClient, image: str, timeout: float) -> str | None:
+    """None on success, else why not."""
+    from docker.utils import parse_repository_tag
+
+    repo, tag = parse_repository_tag(image)
+    outcome: list[str | None] = []
+
+    def work() -> None:
+        try:
+            for msg in client.api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if isinstance(msg, dict) and msg.get("error"):
+                    outcome.append(f"pull failed: {msg['error']}")
+                    return
+            outcome.append(None)
+        except APIError as e:
+            outcome.append(f"not present locally; pull failed: {e.explanation or e}")
+        except Exception as e:  # noqa: BLE001 - any failure is a reason
+            outcome.append(f"not present locally; pull failed: {e}")
+
+    t = threading.Thread(target=work, name=f"pull {image}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return f"not present locally; pull did not finish within {timeout:g}s"
+    return outcome[0] if outcome else "pull failed"
