@@ -5,9 +5,9 @@ attempts it took. Kept: completed and partial entries; left out and counted: fai
 samples without reasoning (discarded when they ran) and entries calling a tool the system does
 not have.
 
-Memory does not grow with the run: the run's DuckDB index (hermes.store) answers which line
-wins for each key and which prompts never succeeded, and streams the winners in journal order;
-the batch files are read once, line by line. A line the runner wrote is copied up to its
+Memory is bounded whatever the run's size: no per-trajectory Python objects are kept; the run's
+DuckDB index (hermes.store) answers which line wins for each key and which prompts never
+succeeded (under a memory_limit), and the batch files are read once, line by line, in order. A line the runner wrote is copied up to its
 `hermes` block, never decoded whole nor re-encoded (hermes.store.split_entry).
 """
 from __future__ import annotations
