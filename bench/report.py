@@ -219,8 +219,9 @@ def render(res: dict) -> str:
     out.append("## Machine\n")
     out.append(f"{m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, kernel {m['kernel']}, Python {m['python']}, "
                f"Docker engine {m['docker_engine']}. Load average at start {m['loadavg_at_start']}. "
-               f"**The machine was shared with other developers' test suites during the run**: busy cores "
-               f"not ours just before each workload: {', '.join(f'w{k}: {_f(v, 2)}' for k, v in meta['other_load'].items())}; "
+               + ("**The machine was shared with other developers' test suites during the run**: "
+                  if max(meta["other_load"].values() or [0]) >= 0.2 else "The machine was quiet at each workload's start: ")
+               + f"busy cores not ours just before each workload: {', '.join(f'w{k}: {_f(v, 2)}' for k, v in meta['other_load'].items())}; "
                "every comparison below is between runs made minutes apart in the same invocation, "
                "interleaved (reference, then each variant of ours, then again), so all saw similar load. "
                "Numbers of different invocations are not comparable to each other.\n")
