@@ -118,6 +118,13 @@ class RunSession:
             # (what is still left then goes at process exit, or with the next run's clean-up).
             if not sandbox.drain_removals(timeout=120.0):
                 log.warning("some containers of run '%s' are still being removed", self.settings.run_name)
+            if self.settings.sandbox.backend == "docker":
+                # A create the engine answered too late (EngineTimeout) may still have made a container
+                # no prompt knows of: whatever of this run's this process made and still exists goes now.
+                swept = remove_own(self.settings.run_name)
+                if swept:
+                    log.warning("removed %d container(s) of run '%s' that no prompt held (late engine "
+                                "creates)", swept, self.settings.run_name)
             if self.guard:
                 self.guard.uninstall()
             self.lock.release()

@@ -350,4 +350,7 @@ def test_an_engine_that_does_not_answer_fails_the_prompt_at_once(image, docker_e
         box.exec("true")
     assert len(made) == 1
     box.close()
-    cleanup(RUN, include_live=True)  # a create that timed out here may still have made its container
+    # The create that timed out here may still make its container, moments later: sweep until none shows.
+    deadline = time.monotonic() + 10
+    while not cleanup(RUN, include_live=True) and time.monotonic() < deadline:
+        time.sleep(0.5)
