@@ -57,6 +57,12 @@ def _x(a: float | None, b: float | None) -> str:
     return _f(a / b, 1) + "×" if a is not None and b else "–"
 
 
+def _rates(label: str, m: dict, bar: float | None, bar_name: str) -> str:
+    """One variant's end-to-end and steady rates, each as a share of the workload's bar."""
+    return (f"- {label}: {_f(m['prompts_per_s'])} prompts/s end to end ({_pct(m['prompts_per_s'], bar)} of {bar_name}), "
+            f"{_f(m['steady_prompts_per_s'])} between first and last model call ({_pct(m['steady_prompts_per_s'], bar)})")
+
+
 def _variants(f: dict) -> list[tuple[str, str, dict]]:
     """(results key, label, medians) of each variant of ours that ran in this workload."""
     out = [("ours", "default (Prefect flow, embedded server)", f["ours"])]
@@ -123,9 +129,7 @@ def w2(f: dict, missed: list, res: dict) -> str:
     w = res["workloads"]["2"]
     lives = [x["median_life"] for x in w["limit"] if x.get("median_life")]
     rates = [x["per_second"] for x in w["limit"]]
-    parts = [f"- {label}: {_f(m['prompts_per_s'])} prompts/s end to end ({_pct(m['prompts_per_s'], limit)} of the "
-             f"limit), {_f(m['steady_prompts_per_s'])} between first and last model call "
-             f"({_pct(m['steady_prompts_per_s'], limit)})." for _, label, m in _variants(f)]
+    parts = [_rates(label, m, limit, "the limit") + "." for _, label, m in _variants(f)]
     return "\n".join([
         f"Machine limit at concurrency {f['spec']['workers']}: median {_f(limit)} sandboxes/s over {len(rates)} "
         f"measurements bracketing the runs ({', '.join(_f(r) for r in rates)}: it moves with others' load); a bare "
@@ -153,9 +157,7 @@ def w3(f: dict, missed: list, res: dict) -> str:
         ps = [r.get("prompt_stats") or {} for r in w.get(key) or []]
         el = median([p["elapsed_median"] for p in ps if p.get("elapsed_median") is not None]) if ps else None
         wait90 = median([p["sandbox_wait_p90"] for p in ps if p.get("sandbox_wait_p90") is not None]) if ps else None
-        parts.append(f"- {label}: {_f(m['prompts_per_s'])} prompts/s end to end ({_pct(m['prompts_per_s'], ideal)} of "
-                     f"ideal), {_f(m['steady_prompts_per_s'])} between first and last model call "
-                     f"({_pct(m['steady_prompts_per_s'], ideal)}); a prompt's median life {_f(el, 1)} s for "
+        parts.append(_rates(label, m, ideal, "ideal") + f"; a prompt's median life {_f(el, 1)} s for "
                      f"{_f(per_prompt, 0)} s of model time; p90 wait for its container {_f(wait90, 1)} s.")
     rcs = [r["rc"] for k in ("ours", "ours-server", "ours-direct") for r in (w.get(k) or [])]
     return "\n".join([
@@ -181,9 +183,8 @@ def w3(f: dict, missed: list, res: dict) -> str:
 
 def w4(f: dict, missed: list, res: dict) -> str:
     ideal, ref, n = f.get("ideal"), f["ref"], f["spec"]["n"]
-    parts = [f"- {label}: {_f(m['prompts_per_s'])} prompts/s end to end ({_pct(m['prompts_per_s'], ideal)} of ideal), "
-             f"{_f(m['steady_prompts_per_s'])} between first and last model call ({_pct(m['steady_prompts_per_s'], ideal)}); "
-             f"{_f(_fixed(res, '4', key), 1)} s outside that window." for key, label, m in _variants(f)]
+    parts = [_rates(label, m, ideal, "ideal") + f"; {_f(_fixed(res, '4', key), 1)} s outside that window."
+             for key, label, m in _variants(f)]
     return "\n".join([
         f"Ideal {_f(ideal)} prompts/s ({n} prompts in {_f(n / ideal if ideal else None, 0)} s). The reference reaches "
         f"{_f(ref['prompts_per_s'])}: its 64 processes burn {_f(ref['cpu_per_prompt'], 2)} CPU s per prompt on 2 "
