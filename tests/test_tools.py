@@ -356,7 +356,7 @@ def test_background_poll_wait_log_kill(sb):
 def test_background_kill_reaches_children(sb):
     # the sleep runs as a grandchild of the tracked pid; kill must reach it
     marker = f"hermes-kill-{uuid.uuid4().hex[:8]}"
-    started = call(sb, "terminal", command=f"sh -c 'sleep 37; echo {marker}' ; echo after", background=True)
+    started = call(sb, "terminal", command=f"sh -c 'sleep 3719; echo {marker}' ; echo after", background=True)
     pid = started["process_id"]
     time.sleep(0.3)
     call(sb, "process", action="kill", process_id=pid)
@@ -364,7 +364,8 @@ def test_background_kill_reaches_children(sb):
     log = call(sb, "process", action="log", process_id=pid)
     assert marker not in log["output"] and "after" not in log["output"]
     ps = sb.exec("ps -o pid,args 2>/dev/null || ps").output
-    assert "sleep 37" not in ps
+    # a whole-word match: the local variant's ps lists the host's processes too (a `sleep 370` there is not ours)
+    assert not re.search(r"\bsleep 3719\b", ps), ps
 
 
 # --------------------------------------------------------------------------- hostile input
