@@ -240,14 +240,14 @@ def w5(f: dict, missed: list, res: dict) -> str:
 ANALYSIS: dict[str, Callable[[dict, list, dict], str]] = {"1": w1, "2": w2, "3": w3, "4": w4, "5": w5}
 
 METHOD_NOTES = """\
-- **Model server**: `bench/mockserver.py` runs the bundled `hermes.mock_llm` unchanged in its own process
+- **Model server**: `bench/mockserver.py` runs the bundled `mockllm` unchanged in its own process
   and adds only `GET /_bench/times` (wall-clock time of the first and last chat request, and any other
   paths asked for). A fresh server is started for every run with the workload's `--latency` and
   `--turns`; its CPU is reported per run and charged to neither system. The reference asks for
   `stream: true` (the mock streams server-sent events) and, for every prompt, probes the endpoint's
   metadata: `POST /api/show`, `GET /api/tags`, `/api/v1/models`, `/v1/props`, `/props`, `/version`,
   `/v1/models/<model>` — about 7 requests a prompt, which the mock answers 404 at once (counts under each
-  workload's commands). No change to hermes/mock_llm.py was needed.
+  workload's commands). No change to mockllm/ was needed.
 - **Scenario**: the mock's default scenario with `--turns 3`: turn 0 calls write_file and terminal
   (`cat /etc/hostname`) in parallel, turn 1 read_file, turn 2 answers — 3 model calls with tool calls in
   2 of them (3 tool calls in all). `--turns 4` (workload 3) adds one `echo step 1` terminal turn.

@@ -183,7 +183,7 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
     (before: the set difference); checkpoint = what RunSession.plan() adds.
     """
     from hermes import rundir
-    from hermes.store import RunIndex
+    from hermes.run_index import RunIndex
 
     run_dir = root / "data" / run_name
     if cold:
@@ -220,7 +220,7 @@ def _time_plan_rows(root: Path, run_dir: Path, run_name: str, out: dict, t: floa
     """The same steps with the API before read_dataset: every row a Row, sets in Python."""
     from hermes import rundir
     from hermes.dataset import load_rows
-    from hermes.store import RunIndex
+    from hermes.run_index import RunIndex
 
     rows, _ = load_rows(root / "dataset.jsonl")
     out["load_rows"] = time.perf_counter() - t

@@ -1,8 +1,8 @@
-"""The bundled scripted model server (hermes.mock_llm), with timestamps for the benchmark.
+"""The bundled scripted model server (mockllm), with timestamps for the benchmark.
 
     python -m bench.mockserver --port 0 --latency 0 --turns 3
 
-Runs `hermes.mock_llm` unchanged, in its own process (so its CPU is charged to neither system),
+Runs `mockllm` unchanged, in its own process (so its CPU is charged to neither system),
 and adds one read-only endpoint, ``GET /_bench/times``: the wall-clock time (time.time()) of the
 first and last chat request, how many arrived, and how many other paths were asked for (the
 reference probes ``/api/show``, which the mock answers 404 at once).
@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 
-from hermes import mock_llm
+from mockllm import server as mock_llm
 
 _lock = threading.Lock()
 _times = {"first": None, "last": None, "chat": 0, "stream": 0}

@@ -7,7 +7,7 @@
 
 Each workload runs on both systems in the same invocation, repeats interleaved (reference, ours,
 reference, ours, ...), against the same scripted model server (bench/mockserver.py: the bundled
-hermes.mock_llm plus timestamps) started afresh for every run. Docker workloads also measure
+mockllm plus timestamps) started afresh for every run. Docker workloads also measure
 the machine's sandbox limit (bench/sandbox_limit.py) beside each pair. Writes bench/REPORT.md
 and bench/results.json.
 """

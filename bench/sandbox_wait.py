@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--report", type=Path, default=None, help="write the results as markdown here")
     args = ap.parse_args()
 
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
     from hermes.sandbox.image import ensure_default_image
 
     ensure_default_image()

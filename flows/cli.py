@@ -191,7 +191,7 @@ def status_main(argv: Sequence[str]) -> int:
 
 
 def chat_main(argv: Sequence[str]) -> int:
-    from hermes import chat
+    from hermes import single_run as chat
     from hermes.settings import AgentSettings
 
     p = argparse.ArgumentParser(prog="hermes-batch chat", description="Run the agent once on one prompt.")
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     if command == "mock-llm":
-        from hermes.mock_llm import main as mock_main
+        from mockllm import main as mock_main
         return mock_main(rest) or 0
     if command == "sandbox":
         from hermes.sandbox.image import main as sandbox_main

@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
 
     from flows.cli import run_from_args, run_parser
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
 
     if a.sandbox_backend == "docker":
         from hermes.sandbox.image import ensure_default_image

@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from hermes.api import ApiSettings, create_app
-    from hermes.api.settings import UnsafeBind, check_bind
+    from hermes.api.server_settings import UnsafeBind, check_bind
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     try:
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = None
     if not args.no_jobs:
         if prefect_api_url():
-            from flows.jobs import PrefectJobs
+            from flows.scheduled_jobs import PrefectJobs
 
             jobs = PrefectJobs(settings.jobs_work_pool, start_worker=args.jobs_worker)
         else:

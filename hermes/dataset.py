@@ -104,12 +104,12 @@ class Dataset:
         return len(self.lines)
 
     def hash_chunks(self, size: int = 100_000) -> Iterator[tuple[int, str]]:
-        """(first row, comma-separated hex hashes) of `size` rows at a time (for DuckDB, hermes.store)."""
+        """(first row, comma-separated hex hashes) of `size` rows at a time (for DuckDB, hermes.run_index)."""
         for start in range(0, len(self), size):
             yield start, self.hashes[start * _HASH:(start + size) * _HASH].hex(",", _HASH)
 
     def keys(self) -> list[str]:
-        """Every row's content key, in dataset order (hermes.store.load_dataset numbers them alike in SQL)."""
+        """Every row's content key, in dataset order (hermes.run_index.load_dataset numbers them alike in SQL)."""
         seen: Counter[bytes] = Counter()
         keys = []
         for i in range(len(self)):

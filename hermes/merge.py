@@ -6,9 +6,9 @@ samples without reasoning (discarded when they ran) and entries calling a tool t
 not have.
 
 Memory is bounded whatever the run's size: no per-trajectory Python objects are kept; the run's
-DuckDB index (hermes.store) answers which line wins for each key and which prompts never
+DuckDB index (hermes.run_index) answers which line wins for each key and which prompts never
 succeeded (under a memory_limit), and the batch files are read once, line by line, in order. A line the runner wrote is copied up to its
-`hermes` block, never decoded whole nor re-encoded (hermes.store.split_entry).
+`hermes` block, never decoded whole nor re-encoded (hermes.run_index.split_entry).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from hermes import journal, rundir
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
-from hermes.store import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
+from hermes.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
 
 KEPT = ("completed", "partial")
 

@@ -17,7 +17,7 @@ from hermes.runner import RunContext
 from hermes.sandbox.docker import remove_own
 from hermes.sandbox.lifecycle import RunGuard
 from hermes.settings import RunSettings
-from hermes.store import RunIndex
+from hermes.run_index import RunIndex
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 5.0  # seconds between checkpoint.json rewrites while batches land

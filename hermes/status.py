@@ -14,7 +14,7 @@ import duckdb
 
 from hermes import journal, rundir
 from hermes.dataset import DatasetError, read_dataset
-from hermes.store import COLUMNS, load_dataset
+from hermes.run_index import COLUMNS, load_dataset
 
 
 def is_active(run_path: Path) -> bool:

@@ -54,7 +54,7 @@ def prefect_harness():
 
 @pytest.fixture
 def mock_llm():
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
 
     with MockLLM() as server:
         yield server

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def script(*turns: dict) -> str:
-    """A prompt line that makes the bundled model server answer exactly these turns (hermes.mock_llm)."""
+    """A prompt line that makes the bundled model server answer exactly these turns (mockllm)."""
     return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
 
 

@@ -65,7 +65,7 @@ def attacks(marker: Path, llm_port: int) -> dict[str, str]:
 def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
     """Runs the whole suite once: {case: trajectory entry}, plus what the test saw meanwhile."""
     from flows.batch import batch_run
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
 
     tmp = tmp_path_factory.mktemp("abuse")
     secret = f"HOSTSECRET-{secrets.token_hex(8)}"

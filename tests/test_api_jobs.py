@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from hermes.mock_llm import MockLLM
+from mockllm import MockLLM
 from tests.prefect_server import running_prefect_server
 from tests.helpers import until, free_port
 
@@ -99,7 +99,7 @@ def test_a_prompt_job_is_a_scheduled_prefect_deployment_paused_resumed_run_and_d
     # it is a real Prefect deployment, with its schedule, in the jobs' work pool
     deployment = prefect_client.read_deployment(job["id"])
     assert deployment.name == "nightly-question" and "hermes-job" in deployment.tags
-    assert deployment.work_pool_name == "hermes" and deployment.entrypoint == "flows/jobs.py:agent_prompt"
+    assert deployment.work_pool_name == "hermes" and deployment.entrypoint == "flows/scheduled_jobs.py:agent_prompt"
     assert deployment.parameters == {"prompt": prompt}
     [schedule] = deployment.schedules
     assert schedule.schedule.cron == "0 3 * * *" and schedule.schedule.timezone == "Europe/Berlin" and schedule.active

@@ -14,7 +14,7 @@ from hermes.agent import DEFAULT_SYSTEM_PROMPT
 from hermes.api import ApiSettings, create_app
 from hermes.api.server import ServerThread
 from hermes.api.service import API_LABEL
-from hermes.mock_llm import MockLLM
+from mockllm import MockLLM
 from tests.helpers import script, until
 
 KEY = "test-key-7c1e"
@@ -551,7 +551,7 @@ def test_bad_input_gets_the_right_status_and_an_openai_error_body(http, method, 
 
 def test_refuses_to_start_exposed_without_a_key(mock, tmp_path, capsys, monkeypatch):
     from flows.serve import main
-    from hermes.api.settings import UnsafeBind
+    from hermes.api.server_settings import UnsafeBind
 
     monkeypatch.delenv("API_SERVER_KEY", raising=False)
     assert main(["--host", "0.0.0.0", "--port", "0", "--no-jobs"]) == 2

@@ -91,7 +91,7 @@ def test_duckdb_numbers_identical_rows_as_python_does(tmp_path):
     import duckdb
 
     from hermes.dataset import read_dataset
-    from hermes.store import load_dataset
+    from hermes.run_index import load_dataset
 
     lines = [{"prompt": p} for p in "abacabcaa"] + [{"prompt": "a", "image": "other"}, {"prompt": "é ☃ \u2028"}]
     ds = read_dataset(write(tmp_path, lines))

@@ -17,7 +17,7 @@ import pytest
 from hermes import journal, rundir
 from hermes.dataset import load_rows
 from hermes.merge import merge
-from hermes.mock_llm import MockLLM
+from mockllm import MockLLM
 from hermes.runner import RunContext, run_batch
 from hermes.settings import RunSettings
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats

@@ -12,7 +12,8 @@ import httpx
 import openai
 import pytest
 
-from hermes.mock_llm import MockLLM, conversation_token, main
+from mockllm import MockLLM, main
+from mockllm.conversation import conversation_token
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -468,7 +469,7 @@ def test_64_concurrent_requests_are_not_serialised():
 
 
 def test_cli_serves_until_terminated():
-    proc = subprocess.Popen([sys.executable, "-m", "hermes.mock_llm", "--port", "0", "--reasoning", "inline"],
+    proc = subprocess.Popen([sys.executable, "-m", "mockllm", "--port", "0", "--reasoning", "inline"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from hermes.agent import run_agent
-from hermes.mock_llm import MockLLM
+from mockllm import MockLLM
 from hermes.model import ModelClient, ModelError, extra_body
 from hermes.sandbox.base import SandboxSettings, SandboxSpec
 from hermes.sandbox.local import LocalSandbox

@@ -141,7 +141,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
     """Server, work pool, `prefect deploy --all`, a worker started outside the repo, the model server."""
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
     from hermes.sandbox import cleanup
 
     base = tmp_path_factory.mktemp("prefect-deployments")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hermes import rundir
-from hermes.mock_llm import MockLLM
+from mockllm import MockLLM
 from hermes.status import run_status
 from hermes.settings import RunSettings
 from tests.conftest import containers_of

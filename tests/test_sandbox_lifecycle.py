@@ -65,7 +65,7 @@ def prefect_api(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llm():
-    from hermes.mock_llm import MockLLM
+    from mockllm import MockLLM
 
     with MockLLM() as server:
         yield server

@@ -99,7 +99,7 @@ if [[ $MOCK == 1 ]]; then
   if answers "http://127.0.0.1:$MOCK_PORT/health"; then
     echo "already running: reusing it"
   else
-    "$PY" -m hermes.mock_llm --port "$MOCK_PORT" >"$LOGS/mock-llm.log" 2>&1 &
+    "$PY" -m mockllm --port "$MOCK_PORT" >"$LOGS/mock-llm.log" 2>&1 &
     SERVICES+=($!)
   fi
 elif [[ -z "${HERMES_API_KEY:-}${OPENROUTER_API_KEY:-}${OPENAI_API_KEY:-}" ]]; then

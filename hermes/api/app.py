@@ -20,8 +20,8 @@ from hermes.api.jobs import JobsBackend
 from hermes.api.runs import RunRegistry
 from hermes.api.security import BearerAuth, BodyLimit, Cors, SecurityHeaders
 from hermes.api.service import AgentService
-from hermes.api.settings import ApiSettings, check_bind
-from hermes.api.store import ResponseStore
+from hermes.api.server_settings import ApiSettings, check_bind
+from hermes.api.response_store import ResponseStore
 
 
 def create_app(settings: ApiSettings, jobs: JobsBackend | None = None) -> FastAPI:

@@ -1,7 +1,7 @@
 """/api/jobs: scheduled agent work, managed remotely.
 
 The API talks to a JobsBackend; hermes/ knows nothing of how jobs are kept or run. The
-product's backend (flows/jobs.py) keeps each job as a Prefect deployment with a cron
+product's backend (flows/scheduled_jobs.py) keeps each job as a Prefect deployment with a cron
 schedule, so jobs show up, run and can be watched in the Prefect UI.
 
 A job is one prompt for the agent (`prompt`, optional `instructions`) or a whole batch run

@@ -23,7 +23,7 @@ from hermes.api import sse
 from hermes.api.content import responses_input
 from hermes.api.errors import ApiError, not_found
 from hermes.api.service import AgentRequest, AgentService, Event, usage_of
-from hermes.api.store import ResponseStore
+from hermes.api.response_store import ResponseStore
 
 router = APIRouter()
 

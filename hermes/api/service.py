@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from hermes.agent import AgentEvents, AgentRun, compose_system_prompt, run_agent
 from hermes.api.errors import ApiError
-from hermes.api.settings import ApiSettings
+from hermes.api.server_settings import ApiSettings
 from hermes.model import ModelClient
 from hermes.sandbox import open_sandbox
 from hermes.sandbox.base import LABEL_OWNER, LABEL_PROMPT, LABEL_RUN, Sandbox, SandboxSpec

@@ -101,7 +101,7 @@ class ApiSettings(BaseSettings):
 
 def config_section(path: Path | None = None) -> dict[str, Any]:
     """The api_server section of the config file ({} when there is none)."""
-    from hermes.chat import load_config  # the reference's config.yaml reader, shared with `chat`
+    from hermes.single_run import load_config  # the reference's config.yaml reader, shared with `chat`
 
     data = load_config(path or _config_file.get())
     for keys in SECTIONS:

@@ -64,7 +64,7 @@ def agent_prompt(prompt: str, instructions: str | None = None) -> str:
     (HERMES_BASE_URL, HERMES_MODEL, HERMES_API_KEY, API_SERVER_*).
     """
     from hermes.api.service import AgentRequest, AgentService, final_text
-    from hermes.api.settings import ApiSettings
+    from hermes.api.server_settings import ApiSettings
 
     service = AgentService(ApiSettings.load())
     try:
@@ -81,7 +81,7 @@ def agent_prompt(prompt: str, instructions: str | None = None) -> str:
 def _flows() -> dict[str, tuple[Any, str]]:
     from flows.batch import batch_run
 
-    return {"prompt": (agent_prompt, "flows/jobs.py:agent_prompt"), "batch": (batch_run, "flows/batch.py:batch_run")}
+    return {"prompt": (agent_prompt, "flows/scheduled_jobs.py:agent_prompt"), "batch": (batch_run, "flows/batch.py:batch_run")}
 
 
 T = TypeVar("T")
