@@ -27,11 +27,11 @@ from hermes.sandbox.lazy import LazySandbox
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
-from hermes.tools import TOOLS, TOOLSETS, openai_schemas, tools_for
+from hermes.tools import (ModelEndpoint, SharedResources, ToolContext, all_tool_names, availability, env_secret,
+                          needs_sandbox, openai_schemas, tools_for)
 from hermes.trajectory import to_sharegpt
 
 log = logging.getLogger(__name__)
-ALL_TOOL_NAMES = sorted(TOOLS)
 
 
 @dataclass
@@ -46,14 +46,30 @@ class RunContext:
     prefill: list[dict[str, Any]] = field(default_factory=list)
     limiter: threading.Semaphore | None = None
     on_prompt_done: Callable[[dict[str, Any]], None] | None = None
+    #: what tools share across the run's prompts (HTTP clients, a browser); closed with the run
+    shared: SharedResources = field(default_factory=SharedResources)
+    secret: Callable[[str], str | None] = env_secret
+    endpoint: ModelEndpoint | None = None
 
     @classmethod
-    def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None, **kw) -> "RunContext":
+    def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
+               secret: Callable[[str], str | None] = env_secret, **kw) -> "RunContext":
         prefill = load_prefill(settings.prefill_messages_file)
-        dist = distributions.usable(settings.distribution, set(TOOLSETS))
+        dist = distributions.usable(settings.distribution, availability(settings.tools, secret))
         run_dir = Path(settings.output_dir) / settings.run_name
-        return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=ModelClient(settings, api_key),
-                   distribution=dist, prefill=prefill, **kw)
+        client = ModelClient(settings, api_key)
+        return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
+                   prefill=prefill, secret=secret, endpoint=ModelEndpoint(settings.base_url, settings.model, client.client.api_key),
+                   **kw)
+
+    def tool_context(self, key: str, sandbox: Any) -> ToolContext:
+        """One prompt's view of the run for its tool calls."""
+        return ToolContext(sandbox=sandbox, settings=self.settings.tools, secret=self.secret, endpoint=self.endpoint,
+                           run_dir=self.run_dir, key=key, shared=self.shared)
+
+    def close(self) -> None:
+        self.shared.close()
+        self.client.close()
 
 
 def load_prefill(path: str | None) -> list[dict[str, Any]]:
@@ -73,7 +89,8 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     s = ctx.settings
     started = time.monotonic()
     toolsets = distributions.sample(ctx.distribution, s.seed, row.key)
-    tools = openai_schemas(tools_for(toolsets))
+    offered = tools_for(toolsets)
+    tools = openai_schemas(offered)
     image = row.row.container_image or s.sandbox.image
     spec = SandboxSpec(image=image, cwd=row.row.cwd,
                        labels={"hermes-batch.run": ctx.run_id, "hermes-batch.prompt": str(row.index)})
@@ -82,16 +99,22 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     error = None
     run = None
     box = None
+    tool_ctx = None
     try:
         raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
         if s.sandbox.backend == "docker":
             ensure_image(image, s.sandbox.pull_timeout)
-        # Prefetch: the container starts while the first model call is out, unless no tool could use it.
+        # Prefetch: the container starts while the first model call is out, unless no tool could use it
+        # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
         box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
-                          prefetch=s.sandbox.prefetch and bool(tools), remove_in_background=True)
+                          prefetch=s.sandbox.prefetch and needs_sandbox(offered), remove_in_background=True)
         with box as sandbox:
-            run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
-                            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
+            tool_ctx = ctx.tool_context(row.key, sandbox)
+            try:
+                run = run_agent(ctx.client, row.row.prompt, tools, tool_ctx, max_turns=s.max_turns,
+                                system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
+            finally:
+                tool_ctx.close()
         error = run.error
     except SandboxError as e:
         error = str(e)
@@ -99,7 +122,8 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
         log.exception("prompt %d failed", row.index)
         error = f"{type(e).__name__}: {e}"
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
-    tool_stats, tool_error_counts = entry_tool_stats(messages, ALL_TOOL_NAMES)
+    all_tools = all_tool_names()
+    tool_stats, tool_error_counts = entry_tool_stats(messages, all_tools)
     if error:
         status = "failed"
     elif not s.keep_unreasoned and not has_any_reasoning(messages):
@@ -125,8 +149,12 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
             "elapsed": round(time.monotonic() - started, 3),
             # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
             "sandbox_wait": None if box is None or box.wait is None else round(box.wait, 4),
-            "hallucinated_tools": hallucinated_tools(messages, ALL_TOOL_NAMES),
+            "hallucinated_tools": hallucinated_tools(messages, all_tools),
             "reasoning": reasoning_counts(messages),
+            # auxiliary model calls of tools (vision, image generation), counted apart from the agent's
+            "aux_usage": tool_ctx.aux_usage if tool_ctx else {},
+            # files the prompt's tools produced, relative to the run folder
+            "files": tool_ctx.files if tool_ctx else [],
         },
     }
     if error:

@@ -112,7 +112,7 @@ class RunSession:
             self.write_checkpoint()
             rundir.log_invocation(self.path, self.started, datetime.now(), self.prompts_run)
             self.index.close()
-            self.ctx.client.close()
+            self.ctx.close()
         finally:
             # Prompts hand their containers to background removers; the run ends when they are gone
             # (what is still left then goes at process exit, or with the next run's clean-up).

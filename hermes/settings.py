@@ -11,6 +11,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermes.sandbox.base import SandboxSettings
+from hermes.tools import toolset_settings_model
+
+#: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
+ToolsetSettings = toolset_settings_model()
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
@@ -33,6 +37,7 @@ class AgentSettings(BaseModel):
     ephemeral_system_prompt: str | None = Field(None, description="used while running, never saved into trajectories")
     prefill_messages_file: str | None = Field(None, description="JSON array of few-shot messages put before the prompt, not saved")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="how per-prompt sandboxes are made")
+    tools: ToolsetSettings = Field(default_factory=ToolsetSettings, description="settings of each toolset (backends, endpoints, limits)")
 
     @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
     @classmethod
