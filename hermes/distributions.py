@@ -37,6 +37,16 @@ class DistributionError(ValueError):
     pass
 
 
+def register(name: str, dist: dict[str, int]) -> None:
+    """Add a distribution (a toolset module of the user's own may add one that draws it)."""
+    if name in DISTRIBUTIONS:
+        raise DistributionError(f"distribution '{name}' already exists")
+    bad = {t: p for t, p in dist.items() if not (isinstance(p, int) and 0 <= p <= 100)}
+    if not dist or bad:
+        raise DistributionError(f"distribution '{name}': probabilities must be integer percents 0-100, got {bad or dist}")
+    DISTRIBUTIONS[name] = dict(dist)
+
+
 def usable(name: str, available: set[str] | dict[str, str | None]) -> dict[str, int]:
     """The distribution restricted to toolsets that can run here; says what it leaves out and why.
 

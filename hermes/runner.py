@@ -20,6 +20,7 @@ from hermes import distributions, journal
 from hermes.agent import compose_system_prompt, run_agent
 from hermes.dataset import Row
 from hermes.model import ModelClient
+from hermes.netpolicy import NetPolicy
 from hermes.sandbox import open_sandbox
 from hermes.sandbox.base import SandboxError, SandboxSpec
 from hermes.sandbox.docker import ensure_image
@@ -50,6 +51,7 @@ class RunContext:
     shared: SharedResources = field(default_factory=SharedResources)
     secret: Callable[[str], str | None] = env_secret
     endpoint: ModelEndpoint | None = None
+    net: NetPolicy = field(default_factory=NetPolicy)
 
     @classmethod
     def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
@@ -60,12 +62,17 @@ class RunContext:
         client = ModelClient(settings, api_key)
         return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
                    prefill=prefill, secret=secret, endpoint=ModelEndpoint(settings.base_url, settings.model, client.client.api_key),
-                   **kw)
+                   net=NetPolicy.from_hosts(settings.web_allow_hosts), **kw)
+
+    @property
+    def uses_sandbox(self) -> bool:
+        """Can any prompt of this run be given a tool that runs in the sandbox?"""
+        return needs_sandbox(tools_for(self.distribution))
 
     def tool_context(self, key: str, sandbox: Any) -> ToolContext:
         """One prompt's view of the run for its tool calls."""
         return ToolContext(sandbox=sandbox, settings=self.settings.tools, secret=self.secret, endpoint=self.endpoint,
-                           run_dir=self.run_dir, key=key, shared=self.shared)
+                           run_dir=self.run_dir, key=key, shared=self.shared, net=self.net)
 
     def close(self) -> None:
         self.shared.close()

@@ -58,13 +58,14 @@ class RunSession:
         lock.acquire()
         guard = None
         try:
-            if settings.sandbox.backend == "docker":
+            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
+                                    limiter=threading.BoundedSemaphore(settings.num_workers))
+            # A run none of whose toolsets needs a sandbox spends no container, not even a limit probe.
+            if settings.sandbox.backend == "docker" and ctx.uses_sandbox:
                 _prepare_sandboxes(settings)
             index = RunIndex(path)
             index.load_dataset(dataset)
             rundir.write_manifest(path, settings, total_prompts=len(dataset))
-            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
-                                    limiter=threading.BoundedSemaphore(settings.num_workers))
             if settings.sandbox.backend == "docker":
                 guard = RunGuard(settings.run_name, remove_own).install()
         except BaseException:

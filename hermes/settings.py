@@ -5,11 +5,13 @@ The API key is deliberately not a field: flow parameters are stored in Prefect's
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hermes.netpolicy import ALLOW_ENV, parse_hosts
 from hermes.sandbox.base import SandboxSettings
 from hermes.tools import toolset_settings_model
 
@@ -38,6 +40,15 @@ class AgentSettings(BaseModel):
     prefill_messages_file: str | None = Field(None, description="JSON array of few-shot messages put before the prompt, not saved")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="how per-prompt sandboxes are made")
     tools: ToolsetSettings = Field(default_factory=ToolsetSettings, description="settings of each toolset (backends, endpoints, limits)")
+    web_allow_hosts: list[str] = Field(
+        default_factory=lambda: parse_hosts(os.environ.get(ALLOW_ENV)),
+        description="hosts the web and browser tools may reach despite the private-address rules: host names, "
+                    f"addresses or CIDRs, comma separated (default: ${ALLOW_ENV})")
+
+    @field_validator("web_allow_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v):
+        return parse_hosts(v)
 
     @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
     @classmethod

@@ -20,6 +20,10 @@ from typing import Any
 from hermes.tools import terminal as _terminal  # noqa: F401
 from hermes.tools import files as _files  # noqa: F401
 
+from hermes.tools.registry import load_plugins
+
+load_plugins()  # toolsets of the user's own, named by HERMES_TOOLSET_MODULES
+
 from hermes.tools._common import dumps, error
 from hermes.tools.context import CallContext, ModelEndpoint, SharedResources, ToolContext, env_secret
 from hermes.tools.registry import (

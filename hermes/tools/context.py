@@ -9,6 +9,7 @@ each call sees it through a `CallContext`, which adds the call's id and its own 
     ctx.endpoint       the run's own model endpoint (base_url, model, api_key): auxiliary models default to it
     ctx.run_dir        the run folder (None outside batch runs): files a tool produces go beside the journal
     ctx.key, ctx.call_id    the prompt's content key and this call's id (name produced files by them)
+    ctx.net            where model-chosen URLs may go (hermes.netpolicy.NetPolicy): check every URL and redirect
     ctx.shared         process-wide objects (HTTP clients, a browser) made once: shared.get(name, factory)
     ctx.prompt_state   per-prompt objects (a browser context); ctx.on_close(fn) closes them at prompt end
     ctx.record_usage(kind, usage)   token usage of auxiliary model calls, counted apart from the agent's
@@ -22,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from hermes.netpolicy import ALLOW_ENV, NetPolicy
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class ToolContext:
     endpoint: ModelEndpoint | None = None
     run_dir: Path | None = None
     key: str = ""
+    net: NetPolicy = field(default_factory=lambda: NetPolicy.from_hosts(os.environ.get(ALLOW_ENV)))
     shared: SharedResources = field(default_factory=SharedResources)
     prompt_state: dict[str, Any] = field(default_factory=dict)
     aux_usage: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -22,7 +22,9 @@ form a section per toolset. Secrets (API keys) are never settings: a toolset rea
 """
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
@@ -184,3 +186,18 @@ def usable_toolsets(all_settings: Any, secret: Callable[[str], str | None], want
         elif warn:
             log.warning("toolset '%s' is not available here and is left out: %s", name, reasons[name])
     return usable
+
+
+#: comma list of importable modules that register toolsets of the user's own (and, if they
+#: like, distributions that draw them: hermes.distributions.register)
+PLUGINS_ENV = "HERMES_TOOLSET_MODULES"
+
+
+def load_plugins() -> list[str]:
+    names = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            raise RegistryError(f"{PLUGINS_ENV}: cannot import toolset module '{name}': {type(e).__name__}: {e}") from e
+    return names
