@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes import distributions, journal
-from hermes.agent import compose_system_prompt, run_agent
+from hermes.agent import compose_system_prompt
+from hermes.conversation import converse
 from hermes.dataset import Row
 from hermes.model import ModelClient
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import SandboxError, SandboxSpec
-from hermes.sandbox.docker import ensure_image
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
@@ -43,6 +41,7 @@ class RunContext:
     run_dir: Path
     client: ModelClient
     distribution: dict[str, int]
+    backend: SandboxBackend  # settings.sandbox's backend, from the registry
     prefill: list[dict[str, Any]] = field(default_factory=list)
     limiter: threading.Semaphore | None = None
     on_prompt_done: Callable[[dict[str, Any]], None] | None = None
@@ -53,7 +52,7 @@ class RunContext:
         dist = distributions.usable(settings.distribution, set(TOOLSETS))
         run_dir = Path(settings.output_dir) / settings.run_name
         return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=ModelClient(settings, api_key),
-                   distribution=dist, prefill=prefill, **kw)
+                   distribution=dist, backend=get_backend(settings.sandbox), prefill=prefill, **kw)
 
 
 def load_prefill(path: str | None) -> list[dict[str, Any]]:
@@ -81,21 +80,21 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
     run = None
-    box = None
+    wait = None
     try:
         raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
-        if s.sandbox.backend == "docker":
-            ensure_image(image, s.sandbox.pull_timeout)
         # Prefetch: the container starts while the first model call is out, unless no tool could use it.
-        box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
-                          prefetch=s.sandbox.prefetch and bool(tools), remove_in_background=True)
-        with box as sandbox:
-            run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
-                            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
+        done = converse(ctx.client, row.row.prompt, tools, spec, ctx.backend,
+                        max_turns=s.max_turns, system_prompt=compose_system_prompt(s.ephemeral_system_prompt),
+                        prefill=ctx.prefill, prefetch=s.sandbox.prefetch, remove_in_background=True,
+                        image_first=True)
+        run, wait = done.run, done.sandbox_wait
         error = run.error
     except SandboxError as e:
+        wait = getattr(e, "sandbox_wait", None)
         error = str(e)
     except Exception as e:  # one prompt's failure must never stop the run
+        wait = getattr(e, "sandbox_wait", None)
         log.exception("prompt %d failed", row.index)
         error = f"{type(e).__name__}: {e}"
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
@@ -124,7 +123,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
             "usage": run.usage if run else {},
             "elapsed": round(time.monotonic() - started, 3),
             # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
-            "sandbox_wait": None if box is None or box.wait is None else round(box.wait, 4),
+            "sandbox_wait": None if wait is None else round(wait, 4),
             "hallucinated_tools": hallucinated_tools(messages, ALL_TOOL_NAMES),
             "reasoning": reasoning_counts(messages),
         },

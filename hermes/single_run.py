@@ -14,12 +14,11 @@ from typing import Any
 import yaml
 
 from hermes import journal
-from hermes.agent import AgentRun, compose_system_prompt, run_agent
+from hermes.agent import AgentRun, compose_system_prompt
+from hermes.conversation import converse
 from hermes.model import ModelClient
 from hermes.runner import load_prefill
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import SandboxSpec
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxSpec, get_backend
 from hermes.settings import AgentSettings
 from hermes.tools import openai_schemas, tools_for
 from hermes.trajectory import to_sharegpt
@@ -61,10 +60,9 @@ def chat(prompt: str, settings: AgentSettings, toolsets: list[str], *, image: st
                        labels={"hermes-batch.run": "chat", "hermes-batch.prompt": "0"})
     client = ModelClient(settings)
     try:
-        with LazySandbox(lambda: open_sandbox(spec, settings.sandbox), settings.sandbox.command_timeout) as box:
-            run = run_agent(client, prompt, tools, box, max_turns=settings.max_turns,
-                            system_prompt=compose_system_prompt(settings.ephemeral_system_prompt),
-                            prefill=load_prefill(settings.prefill_messages_file))
+        run = converse(client, prompt, tools, spec, get_backend(settings.sandbox), max_turns=settings.max_turns,
+                       system_prompt=compose_system_prompt(settings.ephemeral_system_prompt),
+                       prefill=load_prefill(settings.prefill_messages_file)).run
     finally:
         client.close()
     return run, tools
