@@ -20,6 +20,7 @@ from hermes import distributions, journal
 from hermes.agent import compose_system_prompt
 from hermes.conversation import converse
 from hermes.dataset import Row
+from hermes.entry import HermesBlock, JournalEntry, Status
 from hermes.model import ModelClient
 from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
@@ -67,7 +68,7 @@ def load_prefill(path: str | None) -> list[dict[str, Any]]:
     return data
 
 
-def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
+def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     """Run one prompt to an entry: the reference's trajectory fields plus a `hermes` block."""
     s = ctx.settings
     started = time.monotonic()
@@ -100,34 +101,33 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
     tool_stats, tool_error_counts = entry_tool_stats(messages, ALL_TOOL_NAMES)
     if error:
-        status = "failed"
+        status = Status.FAILED
     elif not s.keep_unreasoned and not has_any_reasoning(messages):
-        status = "discarded"
+        status = Status.DISCARDED
     else:
-        status = "completed" if run.completed else "partial"
-    entry = {
-        "prompt_index": row.index,
-        "conversations": to_sharegpt(messages, tools),
-        "metadata": {**row.row.extra, "batch_num": batch_num,
-                     "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
-        "completed": bool(run and run.completed and not error),
-        "partial": bool(run and run.partial),
-        "api_calls": run.api_calls if run else 0,
-        "toolsets_used": toolsets,
-        "tool_stats": tool_stats,
-        "tool_error_counts": tool_error_counts,
-        "hermes": {
-            "key": row.key,
-            "status": status,
-            "error": error,
-            "usage": run.usage if run else {},
-            "elapsed": round(time.monotonic() - started, 3),
-            # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
-            "sandbox_wait": None if wait is None else round(wait, 4),
-            "hallucinated_tools": hallucinated_tools(messages, ALL_TOOL_NAMES),
-            "reasoning": reasoning_counts(messages),
-        },
-    }
+        status = Status.COMPLETED if run.completed else Status.PARTIAL
+    entry = JournalEntry(
+        prompt_index=row.index,
+        conversations=to_sharegpt(messages, tools),
+        metadata={**row.row.extra, "batch_num": batch_num,
+                  "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
+        completed=bool(run and run.completed and not error),
+        partial=bool(run and run.partial),
+        api_calls=run.api_calls if run else 0,
+        toolsets_used=toolsets,
+        tool_stats=tool_stats,
+        tool_error_counts=tool_error_counts,
+        hermes=HermesBlock(
+            key=row.key,
+            status=status,
+            error=error,
+            usage=run.usage if run else {},
+            elapsed=round(time.monotonic() - started, 3),
+            sandbox_wait=None if wait is None else round(wait, 4),
+            hallucinated_tools=hallucinated_tools(messages, ALL_TOOL_NAMES),
+            reasoning=reasoning_counts(messages),
+        ),
+    )
     if error:
         log.warning("prompt %d failed: %s", row.index, error)
     else:
@@ -138,7 +138,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
 def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
     """Run a batch's prompts concurrently; each finished prompt is appended to batch_N.jsonl at once."""
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
-    counts = {"completed": 0, "partial": 0, "failed": 0, "discarded": 0}
+    counts = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
 
     def one(row: Row) -> None:
         limiter = ctx.limiter
@@ -149,10 +149,11 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
         finally:
             if limiter:
                 limiter.release()
-        journal.append(path, entry)
-        counts[entry["hermes"]["status"]] += 1
+        record = entry.record()
+        journal.append(path, record)
+        counts[str(entry.hermes.status)] += 1
         if ctx.on_prompt_done:
-            ctx.on_prompt_done(entry)
+            ctx.on_prompt_done(record)
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), ctx.settings.num_workers)),
                             thread_name_prefix=f"batch{batch_num}") as pool:
