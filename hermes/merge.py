@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from hermes import journal, rundir
+from hermes.entry import KEPT, Status
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
 from hermes.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
-
-KEPT = ("completed", "partial")
 
 
 def merge(run_path: Path) -> dict[str, Any]:
@@ -132,7 +131,7 @@ def failed_prompts(run_path: Path, limit: int = 500) -> list[dict[str, Any]]:  #
         for entry in journal.read(path):
             meta = entry.get("hermes") or {}
             key = meta.get("key")
-            if meta.get("status") == "failed":
+            if meta.get("status") == Status.FAILED:
                 last_failed[key] = entry
             else:
                 succeeded.add(key)

@@ -17,19 +17,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes import distributions, journal
-from hermes.agent import compose_system_prompt, run_agent
+from hermes.agent import compose_system_prompt
+from hermes.conversation import converse, tool_context
 from hermes.dataset import Row
+from hermes.entry import HermesBlock, JournalEntry, Status
 from hermes.model import ModelClient
-from hermes.netpolicy import NetPolicy
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import SandboxError, SandboxSpec
-from hermes.sandbox.docker import ensure_image
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
-from hermes.tools import (ModelEndpoint, SharedResources, ToolContext, all_tool_names, availability, env_secret,
-                          needs_sandbox, openai_schemas, tools_for)
+from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
+                          openai_schemas, tools_for)
 from hermes.trajectory import to_sharegpt
 
 log = logging.getLogger(__name__)
@@ -44,14 +42,13 @@ class RunContext:
     run_dir: Path
     client: ModelClient
     distribution: dict[str, int]
+    backend: SandboxBackend  # settings.sandbox's backend, from the registry
     prefill: list[dict[str, Any]] = field(default_factory=list)
     limiter: threading.Semaphore | None = None
     on_prompt_done: Callable[[dict[str, Any]], None] | None = None
     #: what tools share across the run's prompts (HTTP clients, a browser); closed with the run
     shared: SharedResources = field(default_factory=SharedResources)
     secret: Callable[[str], str | None] = env_secret
-    endpoint: ModelEndpoint | None = None
-    net: NetPolicy = field(default_factory=NetPolicy)
 
     @classmethod
     def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
@@ -61,18 +58,17 @@ class RunContext:
         run_dir = Path(settings.output_dir) / settings.run_name
         client = ModelClient(settings, api_key)
         return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
-                   prefill=prefill, secret=secret, endpoint=ModelEndpoint(settings.base_url, settings.model, client.client.api_key),
-                   net=NetPolicy.from_hosts(settings.web_allow_hosts), **kw)
+                   backend=get_backend(settings.sandbox), prefill=prefill, secret=secret, **kw)
 
     @property
     def uses_sandbox(self) -> bool:
         """Can any prompt of this run be given a tool that runs in the sandbox?"""
         return needs_sandbox(tools_for(self.distribution))
 
-    def tool_context(self, key: str, sandbox: Any) -> ToolContext:
-        """One prompt's view of the run for its tool calls."""
-        return ToolContext(sandbox=sandbox, settings=self.settings.tools, secret=self.secret, endpoint=self.endpoint,
-                           run_dir=self.run_dir, key=key, shared=self.shared, net=self.net)
+    def tool_context(self, key: str) -> ToolContext:
+        """One prompt's view of the run for its tool calls (the conversation adds the sandbox)."""
+        return tool_context(self.settings, api_key=self.client.client.api_key, shared=self.shared,
+                            secret=self.secret, run_dir=self.run_dir, key=key)
 
     def close(self) -> None:
         self.shared.close()
@@ -91,7 +87,7 @@ def load_prefill(path: str | None) -> list[dict[str, Any]]:
     return data
 
 
-def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
+def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     """Run one prompt to an entry: the reference's trajectory fields plus a `hermes` block."""
     s = ctx.settings
     started = time.monotonic()
@@ -105,65 +101,58 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
     run = None
-    box = None
-    tool_ctx = None
+    wait = None
+    done = None
     try:
         raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
-        if s.sandbox.backend == "docker":
-            ensure_image(image, s.sandbox.pull_timeout)
         # Prefetch: the container starts while the first model call is out, unless no tool could use it
         # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
-        box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
-                          prefetch=s.sandbox.prefetch and needs_sandbox(offered), remove_in_background=True)
-        with box as sandbox:
-            tool_ctx = ctx.tool_context(row.key, sandbox)
-            try:
-                run = run_agent(ctx.client, row.row.prompt, tools, tool_ctx, max_turns=s.max_turns,
-                                system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
-            finally:
-                tool_ctx.close()
+        done = converse(ctx.client, row.row.prompt, offered, spec, ctx.backend, context=ctx.tool_context(row.key),
+                        max_turns=s.max_turns, system_prompt=compose_system_prompt(s.ephemeral_system_prompt),
+                        prefill=ctx.prefill, prefetch=s.sandbox.prefetch, remove_in_background=True,
+                        image_first=True)
+        run, wait = done.run, done.sandbox_wait
         error = run.error
     except SandboxError as e:
+        wait = getattr(e, "sandbox_wait", None)
         error = str(e)
     except Exception as e:  # one prompt's failure must never stop the run
+        wait = getattr(e, "sandbox_wait", None)
         log.exception("prompt %d failed", row.index)
         error = f"{type(e).__name__}: {e}"
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
     all_tools = all_tool_names()
     tool_stats, tool_error_counts = entry_tool_stats(messages, all_tools)
     if error:
-        status = "failed"
+        status = Status.FAILED
     elif not s.keep_unreasoned and not has_any_reasoning(messages):
-        status = "discarded"
+        status = Status.DISCARDED
     else:
-        status = "completed" if run.completed else "partial"
-    entry = {
-        "prompt_index": row.index,
-        "conversations": to_sharegpt(messages, tools),
-        "metadata": {**row.row.extra, "batch_num": batch_num,
-                     "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
-        "completed": bool(run and run.completed and not error),
-        "partial": bool(run and run.partial),
-        "api_calls": run.api_calls if run else 0,
-        "toolsets_used": toolsets,
-        "tool_stats": tool_stats,
-        "tool_error_counts": tool_error_counts,
-        "hermes": {
-            "key": row.key,
-            "status": status,
-            "error": error,
-            "usage": run.usage if run else {},
-            "elapsed": round(time.monotonic() - started, 3),
-            # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
-            "sandbox_wait": None if box is None or box.wait is None else round(box.wait, 4),
-            "hallucinated_tools": hallucinated_tools(messages, all_tools),
-            "reasoning": reasoning_counts(messages),
-            # auxiliary model calls of tools (vision, image generation), counted apart from the agent's
-            "aux_usage": tool_ctx.aux_usage if tool_ctx else {},
-            # files the prompt's tools produced, relative to the run folder
-            "files": tool_ctx.files if tool_ctx else [],
-        },
-    }
+        status = Status.COMPLETED if run.completed else Status.PARTIAL
+    entry = JournalEntry(
+        prompt_index=row.index,
+        conversations=to_sharegpt(messages, tools),
+        metadata={**row.row.extra, "batch_num": batch_num,
+                  "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
+        completed=bool(run and run.completed and not error),
+        partial=bool(run and run.partial),
+        api_calls=run.api_calls if run else 0,
+        toolsets_used=toolsets,
+        tool_stats=tool_stats,
+        tool_error_counts=tool_error_counts,
+        hermes=HermesBlock(
+            key=row.key,
+            status=status,
+            error=error,
+            usage=run.usage if run else {},
+            elapsed=round(time.monotonic() - started, 3),
+            sandbox_wait=None if wait is None else round(wait, 4),
+            hallucinated_tools=hallucinated_tools(messages, all_tools),
+            reasoning=reasoning_counts(messages),
+            aux_usage=done.tools.aux_usage if done else {},
+            files=done.tools.files if done else [],
+        ),
+    )
     if error:
         log.warning("prompt %d failed: %s", row.index, error)
     else:
@@ -174,7 +163,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
 def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
     """Run a batch's prompts concurrently; each finished prompt is appended to batch_N.jsonl at once."""
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
-    counts = {"completed": 0, "partial": 0, "failed": 0, "discarded": 0}
+    counts = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
 
     def one(row: Row) -> None:
         limiter = ctx.limiter
@@ -185,10 +174,11 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
         finally:
             if limiter:
                 limiter.release()
-        journal.append(path, entry)
-        counts[entry["hermes"]["status"]] += 1
+        record = entry.record()
+        journal.append(path, record)
+        counts[str(entry.hermes.status)] += 1
         if ctx.on_prompt_done:
-            ctx.on_prompt_done(entry)
+            ctx.on_prompt_done(record)
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), ctx.settings.num_workers)),
                             thread_name_prefix=f"batch{batch_num}") as pool:

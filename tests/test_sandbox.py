@@ -29,7 +29,7 @@ from hermes.sandbox.local import LocalSandbox
 
 def _engine_reason() -> str | None:
     try:
-        from hermes.sandbox.docker import get_client
+        from hermes.sandbox.docker.engine import get_client
 
         get_client()
         return None
@@ -43,7 +43,7 @@ RUN_ID = f"pytest-{uuid.uuid4().hex[:8]}"
 
 
 def _ours(run_id: str = RUN_ID) -> list[dict]:
-    from hermes.sandbox.docker import get_client
+    from hermes.sandbox.docker.engine import get_client
 
     return get_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
 
@@ -350,7 +350,7 @@ def test_cleanup_removes_containers_of_dead_runs_only(image, settings):
 
 @docker_test
 def test_unavailable_image(image, settings):
-    from hermes.sandbox.docker import ensure_image
+    from hermes.sandbox.docker.engine import ensure_image
 
     name = f"hermes-no-such-image-{uuid.uuid4().hex[:6]}:nope"
     with pytest.raises(ImageUnavailable, match=f"image not available: {name}"):
@@ -362,7 +362,7 @@ def test_unavailable_image(image, settings):
 
 @docker_test
 def test_system_cwd_gets_no_tmpfs_and_says_so(make, caplog):
-    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.container"):
+    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.docker.container"):
         sb = make(cwd="/etc")
         make(cwd="/etc")
     said = [r.getMessage() for r in caplog.records if "READ-ONLY" in r.getMessage()]
@@ -394,7 +394,7 @@ def test_image_volumes_become_capped_tmpfs(image, settings, docker_image_with_vo
 
 @pytest.fixture(scope="module")
 def docker_image_with_volume(image):
-    from hermes.sandbox.docker import get_client
+    from hermes.sandbox.docker.engine import get_client
 
     client = get_client()
     tag = f"hermes-test-volume:{uuid.uuid4().hex[:8]}"
@@ -414,7 +414,7 @@ def test_out_of_memory_is_named_in_the_output(make):
 
 @docker_test
 def test_the_engine_applies_every_limit_asked(image):
-    from hermes.sandbox.docker import limit_problems
+    from hermes.sandbox.docker.container import limit_problems
 
     assert limit_problems(SandboxSettings(), run_id=RUN_ID) == []
     problems = limit_problems(SandboxSettings(memory="0"), run_id=RUN_ID)  # "0" means none at all
@@ -437,9 +437,9 @@ def test_unenterable_cwd_is_reported(sb):
 
 @docker_test
 def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
-    from hermes.sandbox import channel
+    from hermes.sandbox.docker import channel
 
-    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace("command -v setsid", "false"))
+    monkeypatch.setattr(channel, "WRAPPER", channel.WRAPPER.replace("command -v setsid", "false"))
     started = time.monotonic()
     r = sb.exec("sleep 100", timeout=1)
     assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 5
@@ -448,10 +448,10 @@ def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
 
 @docker_test
 def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
-    from hermes.sandbox import channel
-    from hermes.sandbox import docker as backend
+    from hermes.sandbox.docker import channel
+    from hermes.sandbox.docker import sandbox as backend
 
-    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
+    monkeypatch.setattr(channel, "WRAPPER", channel.WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
     monkeypatch.setattr(backend, "HOST_GRACE", 1.0)
     started = time.monotonic()
     r = sb.exec("sleep 77", timeout=1)
@@ -460,7 +460,7 @@ def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
 
 
 def test_engine_limits_that_cannot_apply_are_logged(caplog):
-    from hermes.sandbox import docker as backend
+    from hermes.sandbox.docker import engine as backend
 
     class FakeAPI:
         base_url = f"fake://{uuid.uuid4().hex}"

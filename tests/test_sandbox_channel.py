@@ -238,9 +238,9 @@ def test_a_concurrent_call_does_not_wait_for_a_long_command(sb):
 def test_a_shell_that_cannot_serve_a_channel_falls_back_to_an_exec_per_call(sb, docker_engine, monkeypatch):
     # Stands in for an image whose shell lacks what the channel needs (base64, head): its channel
     # shell ends at once. Every call then gets an exec of its own, as before the channel.
-    from hermes.sandbox import channel
+    from hermes.sandbox.docker import channel
 
-    monkeypatch.setattr(channel, "_SERVER", "echo 'base64: not found' >&2; exit 127\n")
+    monkeypatch.setattr(channel, "SERVER", "echo 'base64: not found' >&2; exit 127\n")
     since = time.time()
     assert sb.exec("echo works").output == "works\n"
     sb.write_file("a.txt", b"\x00data\xff")

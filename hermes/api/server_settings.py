@@ -15,12 +15,12 @@ import contextvars
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from hermes.sandbox.base import SandboxSettings
+from hermes.sandbox.base import BackendName, SandboxSettings
 
 SECTIONS = (("gateway", "api_server"), ("gateway", "platforms", "api_server"), ("platforms", "api_server"))
 
@@ -54,7 +54,7 @@ class ApiSettings(BaseSettings):
 
     max_turns: int = Field(10, ge=1, description="model calls per request")
     toolsets: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["terminal", "file"])
-    sandbox: Literal["docker", "local"] = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
+    sandbox: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
     sandbox_image: str = Field(SandboxSettings.model_fields["image"].default)
     sandbox_network: bool = False
     command_timeout: float = Field(60.0, gt=0)

@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hermes.agent import AgentEvents, AgentRun, compose_system_prompt, run_agent
+from hermes.agent import AgentEvents, AgentRun, compose_system_prompt
 from hermes.api.errors import ApiError
 from hermes.api.server_settings import ApiSettings
+from hermes.conversation import converse, tool_context
 from hermes.model import ModelClient
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import LABEL_OWNER, LABEL_PROMPT, LABEL_RUN, Sandbox, SandboxSpec
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxError, SandboxSpec, get_backend
+from hermes.sandbox.base import LABEL_PROMPT, LABEL_RUN
 from hermes.settings import AgentSettings
-from hermes.tools import openai_schemas, tools_for
+from hermes.tools import SharedResources, env_secret, openai_schemas, tools_for, usable_toolsets
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,16 @@ class AgentService:
     def __init__(self, settings: ApiSettings):
         self.settings = settings
         self.sandbox = settings.sandbox_settings()
-        self.client = ModelClient(AgentSettings(model=settings.upstream_model, base_url=settings.upstream_base_url,
-                                                max_turns=settings.max_turns, max_retries=settings.upstream_max_retries,
-                                                sandbox=self.sandbox))
-        self.tools = openai_schemas(tools_for(settings.toolsets))
+        self.backend = get_backend(self.sandbox)
+        agent = AgentSettings(model=settings.upstream_model, base_url=settings.upstream_base_url,
+                              max_turns=settings.max_turns, max_retries=settings.upstream_max_retries,
+                              sandbox=self.sandbox)
+        self.client = ModelClient(agent)
+        self.offered = tools_for(usable_toolsets(agent.tools, env_secret, settings.toolsets))
+        self.tools = openai_schemas(self.offered)
+        #: what the tools of every request share (HTTP clients, a browser), closed with the server
+        self.shared = SharedResources()
+        self.agent_settings = agent
         self.label = f"api-{socket.gethostname()}-{os.getpid()}"
         self.executor = ThreadPoolExecutor(max_workers=settings.max_concurrent_runs, thread_name_prefix="hermes-api-agent")
         self.active: set[Work] = set()
@@ -95,20 +101,15 @@ class AgentService:
         events = _events(emit, stream_model) if emit else None
         spec = SandboxSpec(image=self.sandbox.image,
                            labels={LABEL_RUN: self.label, LABEL_PROMPT: request.id, API_LABEL: "1"})
-        with LazySandbox(lambda: self._open(spec), self.sandbox.command_timeout) as box:
-            return run_agent(self.client, request.messages, self.tools, box, max_turns=self.settings.max_turns,
-                             system_prompt=compose_system_prompt(request.instructions), events=events, cancel=cancel)
+        context = tool_context(self.agent_settings, api_key=self.client.client.api_key, shared=self.shared,
+                               key=request.id)
+        return converse(self.client, request.messages, self.offered, spec, self.backend, context=context,
+                        max_turns=self.settings.max_turns,
+                        system_prompt=compose_system_prompt(request.instructions), events=events, cancel=cancel).run
 
     def run_blocking(self, request: AgentRequest) -> AgentRun:
         """One run on the caller's own thread, outside the cap (a scheduled job's flow run)."""
         return self._run(request, None, False, threading.Event())
-
-    def _open(self, spec: SandboxSpec) -> Sandbox:
-        if self.sandbox.backend == "docker":
-            from hermes.sandbox.docker import ensure_image
-
-            ensure_image(spec.image, pull_timeout=self.sandbox.pull_timeout)
-        return open_sandbox(spec, self.sandbox)
 
     async def wait(self, work: Work) -> AgentRun:
         """The run's result. If the caller is cancelled (its client left), the run is asked to
@@ -133,42 +134,19 @@ class AgentService:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        self.shared.close()
         self.client.close()
 
     def reap_orphans(self) -> int:
-        """Remove containers that API servers which died on this host left behind."""
-        if self.sandbox.backend != "docker":
-            return 0
-        from hermes.sandbox.docker import get_client
-
+        """Remove the sandboxes that API servers which died on this host left behind."""
         try:
-            api = get_client().api
-            found = api.containers(all=True, filters={"label": API_LABEL})
-        except Exception as e:  # no engine yet: nothing to reap, requests will say why
+            removed = self.backend.cleanup(label=API_LABEL)
+        except SandboxError as e:  # no engine yet: nothing to reap, requests will say why
             log.debug("no orphan check: %s", e)
             return 0
-        host, removed = socket.gethostname(), 0
-        for c in found:
-            owner_host, _, pid = (c.get("Labels") or {}).get(LABEL_OWNER, "").rpartition(":")
-            if owner_host == host and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                try:
-                    api.remove_container(c["Id"], force=True, v=True)
-                    removed += 1
-                except Exception as e:  # noqa: BLE001 - one stuck container must not stop start-up
-                    log.warning("could not remove orphan container %s: %s", c["Id"][:12], e)
         if removed:
             log.info("removed %d container(s) left by API servers that died", removed)
         return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _events(emit: Callable[[Event], None], stream_model: bool) -> AgentEvents:
