@@ -127,3 +127,58 @@ def interfaces(proc_net_dev: str) -> list[str]:
 def routes(proc_net_route: str) -> list[str]:
     """The routing table's entries from the text of /proc/net/route (its header dropped)."""
     return [line for line in proc_net_route.splitlines()[1:] if line.strip()]
+
+
+class HeaderRecorder:
+    """A loopback HTTP hop in front of a model server that notes each request's Authorization
+    header, then forwards the request unchanged and hands back the server's answer unchanged.
+
+    The bundled model server records bodies, not headers; this is how a test sees which API key
+    reached "the model" over the real wire.
+    """
+
+    def __init__(self, target_url: str):
+        import http.server
+        import threading
+
+        import httpx
+
+        recorder = self
+        self.target = target_url.rstrip("/")
+        self.authorizations: list[str | None] = []
+
+        class Hop(http.server.BaseHTTPRequestHandler):
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                recorder.authorizations.append(self.headers.get("Authorization"))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, recorder.target + self.path, content=body, headers=headers,
+                                       timeout=120)
+                self.send_response(answer.status_code)
+                for k, v in answer.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = _forward
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hop)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def __enter__(self) -> "HeaderRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
