@@ -13,7 +13,7 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import script, write_dataset, read_jsonl, tool_responses
+from tests.helpers import script, write_dataset, read_jsonl, tool_responses, unpullable_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,9 +110,10 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
 def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_settings, docker_engine):
     from flows.batch import batch_run
 
+    missing_image = unpullable_image("never-built")  # a closed registry on loopback: no public registry is asked
     rows = [{"prompt": "fine"},
             {"prompt": "broken model " + script({"error": 500})},
-            {"prompt": "needs an image", "image": "hermes-test/never-built:1"},
+            {"prompt": "needs an image", "image": missing_image},
             {"prompt": "no reasoning " + script({"content": "plain answer"})},
             {"prompt": "hallucinates " + script(
                 {"reasoning": "try", "tool_calls": [{"name": "web_fetch_imaginary", "arguments": {}}]},
@@ -123,7 +124,7 @@ def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_setti
     entries = read_jsonl(Path(settings.output_dir) / "mixed" / "trajectories.jsonl")
     assert [e["conversations"][1]["value"] for e in entries] == ["fine"]
     assert stats["prompts_failed"] == 2
-    assert any(r.startswith("image not available: hermes-test/never-built:1") for r in stats["failure_reasons"])
+    assert any(r.startswith(f"image not available: {missing_image}") for r in stats["failure_reasons"])
     assert any("500" in r for r in stats["failure_reasons"])
     assert stats["discarded_no_reasoning"] == 1
     assert stats["dropped_hallucinated_tools"] == 1
@@ -158,9 +159,12 @@ def test_batch_runner_cli_drop_in(tmp_path, mock_llm, sandbox_image, docker_engi
 def test_num_workers_bounds_prompts_in_flight_across_batches(tmp_path, run_settings, mock_llm):
     from flows.batch import batch_run
 
-    rows = [{"prompt": f"slow {i} " + script({"sleep": 0.5, "reasoning": "r", "content": "ok"})} for i in range(9)]
+    rows = [{"prompt": f"slow {i} " + script({"sleep": 1.0, "reasoning": "r", "content": "ok"})} for i in range(9)]
     settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "bounded", batch_size=2, num_workers=3)
     stats = batch_run(settings=settings)
     assert stats["trajectories_written"] == 9
-    # three prompts at a time, spread over batches of two: the bound is run-wide, and it is reached
-    assert mock_llm.stats()["max_in_flight"] == 3
+    # What the server saw: never more than three prompts' calls at once, though batches are of two
+    # (the bound is run-wide), and calls of different prompts did overlap (the run is concurrent).
+    # How many overlapped at the peak depends on how fast the machine starts them: not asserted.
+    seen = mock_llm.stats()
+    assert seen["requests"] == 9 and 2 <= seen["max_in_flight"] <= 3, seen

@@ -23,7 +23,7 @@ import pytest
 from hermes.rundir import RunLock
 from tests.conftest import containers_of
 from tests.prefect_server import PrefectServer, running_prefect_server
-from tests.helpers import script, write_dataset, read_jsonl
+from tests.helpers import HeaderRecorder, script, write_dataset, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "hermes"  # the work pool named in prefect.yaml
@@ -38,6 +38,7 @@ class Stack:
     worker_log: Path
     base_url: str
     data: Path
+    keys: HeaderRecorder  # the Authorization header of every model call the runs made
 
     def prefect(self, *args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=cwd, env=self.env,
@@ -145,9 +146,10 @@ def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
     from hermes.sandbox import cleanup
 
     base = tmp_path_factory.mktemp("prefect-deployments")
-    with running_prefect_server(base / "server") as server, MockLLM() as llm:
+    with running_prefect_server(base / "server") as server, MockLLM() as llm, HeaderRecorder(llm.url) as keys:
         env = {**server.env, "PREFECT_WORKER_QUERY_SECONDS": "2", "HERMES_API_KEY": "from-worker-env"}
-        st = Stack(server=server, env=env, worker_log=base / "worker.log", base_url=llm.base_url, data=base / "data")
+        st = Stack(server=server, env=env, worker_log=base / "worker.log", base_url=keys.base_url, data=base / "data",
+                   keys=keys)
         st.prefect("work-pool", "create", POOL, "--type", "process")
         deployed = st.prefect("--no-prompt", "deploy", "--all")
         for name in ("batch-run/batch-run", "merge-run/merge-run", "batch-run/nightly-eval"):
@@ -206,11 +208,18 @@ def test_batch_run_deployment_through_a_worker(stack, tmp_path, docker_engine):
                     "Secret(value='sk-from-secret-block').save('hermes-test-key', overwrite=True)"],
                    env=stack.env, check=True, timeout=120)
     settings = stack.settings(dataset, "deployed")
+    stack.keys.authorizations.clear()
     run_id = stack.run_deployment("batch-run/batch-run", "--params",
                                   json.dumps({"settings": settings, "api_key_secret": "hermes-test-key"}))
     run = stack.wait_final(run_id)
     assert run.state.type.value == "COMPLETED", f"{run.state.message}\n{stack.worker_log.read_text()[-5000:]}"
     assert run.name == "batch-deployed"
+    # The Secret block's key reached the model on every call, over the worker's HERMES_API_KEY;
+    # Prefect keeps the block's name, never the key, in the run's parameters.
+    assert stack.keys.authorizations and set(stack.keys.authorizations) == {"Bearer sk-from-secret-block"}
+    with stack.client() as client:
+        stored = json.dumps(client.read_flow_run(run_id).parameters)
+    assert "hermes-test-key" in stored and "sk-from-secret-block" not in stored
 
     out = stack.data / "deployed"
     entries = read_jsonl(out / "trajectories.jsonl")
@@ -245,9 +254,12 @@ def test_run_fails_clearly_when_too_many_prompts_fail(stack, tmp_path, docker_en
     rows = [{"prompt": "this one works"}] + [
         {"prompt": f"broken {i} " + script({"error": 400})} for i in range(3)]
     settings = stack.settings(write_dataset(tmp_path / "bad.jsonl", rows), "too-many-failed", max_failed_share=0.5)
+    stack.keys.authorizations.clear()
     run_id = stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": settings}))
     run = stack.wait_final(run_id)
     assert run.state.type.value == "FAILED"
+    # No Secret block named: the key is the worker's environment's (HERMES_API_KEY).
+    assert stack.keys.authorizations and set(stack.keys.authorizations) == {"Bearer from-worker-env"}
     message = run.state.message
     assert "TooManyFailedPrompts: 3 of 4 prompts failed (75%)" in message
     assert "max_failed_share=0.5" in message and "resume=true" in message
