@@ -98,7 +98,8 @@ class PrefectLink:
                    f"run again with resume: true for anything still owed.")
         log.error(message)
         with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(message + "\n")
+            if not log.hasHandlers():  # under Prefect its console handler has printed it already
+                sys.stderr.write(message + "\n")
             sys.stderr.flush()
             sys.stdout.flush()
         os._exit(code)
