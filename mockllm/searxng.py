@@ -70,7 +70,7 @@ class Pages:
     def title_and_text(kind: str, text: str) -> tuple[str, str]:
         if kind.startswith("text/html"):
             m = re.search(r"<title>(.*?)</title>", text, re.S | re.I)
-            plain = re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", text, flags=re.S | re.I)
+            plain = re.sub(r"<(script|style|nav|footer|header)\b.*?</\1>|<[^>]+>", " ", text, flags=re.S | re.I)
             return html.unescape(m.group(1).strip()) if m else "", " ".join(html.unescape(plain).split())
         first = text.strip().splitlines()[0] if text.strip() else ""
         return first.lstrip("# ").strip(), " ".join(text.split())
@@ -180,8 +180,9 @@ def _handler(server: SearxngServer) -> type[BaseHTTPRequestHandler]:
                 return self.send(200, demo_html("A rate-limited page", "This page answered after a 429."), TYPES[".html"])
             if path == "/large":
                 kb = int(query.get("kb", "512"))
-                para = "<p>" + "All work and no play makes a large page. " * 24 + "</p>"
-                body = demo_html("A large page", "It goes on.").replace("</article>", para * (kb * 1024 // len(para) + 1) + "<p>THE END OF THE LARGE PAGE.</p></article>")
+                para = "<p>Paragraph {}: " + "all work and no play makes a large page. " * 24 + "</p>"
+                paras = "".join(para.format(i) for i in range(kb * 1024 // len(para) + 1))  # distinct: extractors drop repeats
+                body = demo_html("A large page", "It goes on.").replace("</article>", paras + "<p>THE END OF THE LARGE PAGE.</p></article>")
                 return self.send(200, body, TYPES[".html"])
             if path == "/_stats":
                 with server._lock:

@@ -93,7 +93,8 @@ def builtin_one(call: ExtractCall, url: str) -> dict:
         return page(fetched.url, title, content + note)
     if kind.startswith("text/") or kind in TEXT_TYPES:
         text = fetched.body.decode(fetched.encoding or "utf-8", errors="replace")
-        return page(fetched.url, first_heading(text), text + note)
+        first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        return page(fetched.url, first_heading(text) or (first_line if len(first_line) <= 120 else ""), text + note)
     return page(fetched.url, error=f"not a text page ({kind}); the built-in extractor reads HTML and text only")
 
 
