@@ -106,11 +106,14 @@ def exists_in(box, path: str) -> bool:
 # --------------------------------------------------------------------------- registry
 
 def test_registry_names_toolsets_and_schemas():
-    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files"]
+    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
+                           "web_search", "web_extract"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
-                        "file": ["read_file", "write_file", "patch", "search_files"]}
+                        "file": ["read_file", "write_file", "patch", "search_files"],
+                        "web": ["web_search", "web_extract"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
-    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process"]
+    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process", "web_search", "web_extract"]
+    assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process"]
     assert tools_for([]) == []
     schemas = openai_schemas(tools_for(["terminal", "file"]))
     assert len(schemas) == 6

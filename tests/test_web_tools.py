@@ -98,7 +98,7 @@ def test_search_and_extract_through_searxng_and_the_builtin_fetch(tmp_path, sear
     assert "lake Xochimilco" in notes["content"] and notes["title"] == "Field notes"
 
 
-def test_the_fetch_says_who_it_is(tmp_path, searx):
+def test_the_fetch_says_who_it_is(tmp_path):
     seen = {}
 
     class Echo(BaseHTTPRequestHandler):
@@ -452,7 +452,7 @@ def run_batch(tmp_path: Path, rows: list[dict], run_name: str, llm: str, searx: 
 def test_a_minimal_batch_run_searches_extracts_and_resumes_from_its_cache(tmp_path, mock_llm, searx):
     base = searx.base_url
     port = base.rsplit(":", 1)[1]
-    odd_pages = [f"{base}/large?kb=128", f"{base}/slow?seconds=4", f"{base}/redirect?to=http://[::1]:{port}/pages/notes.txt",
+    odd_pages = [f"{base}/large?kb=128", f"{base}/slow?seconds=4", f"{base}/redirect?to=http://[::1]:{port}/pages/never.html",
                  f"{base}/flaky/batch?fail=1"]
     rows = [{"prompt": "What can axolotls regrow?"}, {"prompt": "Where do axolotls live? Read the field notes."},
             {"prompt": "odd pages " + script(
@@ -482,7 +482,7 @@ def test_a_minimal_batch_run_searches_extracts_and_resumes_from_its_cache(tmp_pa
     large, slow, redirect, flaky = odd["content"]["results"]
     assert "[Content truncated:" in large["content"] and "THE END OF THE LARGE PAGE." in large["content"]
     assert "within 2s" in slow["error"]
-    assert "::1 is a loopback address" in redirect["error"] and searx.hits["/pages/notes.txt"] == 0
+    assert "::1 is a loopback address" in redirect["error"] and searx.hits["/pages/never.html"] == 0
     assert flaky["error"] is None and searx.hits["/flaky/batch"] == 2
 
     stats = json.loads((out / "statistics.json").read_text())["tool_statistics"]
