@@ -501,3 +501,15 @@ def test_a_minimal_batch_run_searches_extracts_and_resumes_from_its_cache(tmp_pa
     assert ARTICLE in json.dumps(tool_responses(new)[1]["content"])
     assert searx.hits["/pages/axolotl.html"] == fetched
     assert json.loads((out / "statistics.json").read_text())["tool_statistics"]["web_search"]["count"] == 3
+
+
+@pytest.mark.prefect
+def test_a_minimal_run_on_the_prefect_engine_carries_the_web_settings(tmp_path, mock_llm, searx):
+    """The web settings travel as Prefect flow parameters (the form's tools.web section) and still pick SearXNG."""
+    rows = [{"prompt": "What can axolotls regrow?"}, {"prompt": "Where do axolotls live?"}]
+    done = run_batch(tmp_path, rows, "web-prefect", mock_llm.base_url, searx.base_url, "--engine=prefect")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for entry in read_jsonl(tmp_path / "data" / "web-prefect" / "trajectories.jsonl"):
+        search, extract = tool_responses(entry)
+        assert search["content"]["data"]["web"][0]["url"].startswith(searx.base_url)
+        assert any(ARTICLE in r["content"] for r in extract["content"]["results"])
