@@ -147,3 +147,8 @@ def _preview(output: str) -> str:
     lines = output.strip().splitlines()
     return (lines[0] if lines else "")[:RESULT_PREVIEW]
 
+
+from mockllm.web import web_fact, web_search_then_extract  # noqa: E402 - the web toolset's part
+
+PARTS.append(web_search_then_extract)
+FACTS.append(web_fact)

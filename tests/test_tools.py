@@ -66,11 +66,14 @@ def exists_in(box, path: str) -> bool:
 # --------------------------------------------------------------------------- registry
 
 def test_registry_names_toolsets_and_schemas():
-    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files"]
+    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
+                           "web_search", "web_extract"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
-                        "file": ["read_file", "write_file", "patch", "search_files"]}
+                        "file": ["read_file", "write_file", "patch", "search_files"],
+                        "web": ["web_search", "web_extract"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
-    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process"]
+    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process", "web_search", "web_extract"]
+    assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process"]
     assert tools_for([]) == []
     schemas = openai_schemas(tools_for(["terminal", "file"]))
     assert len(schemas) == 6
@@ -90,7 +93,7 @@ def test_registry_names_toolsets_and_schemas():
 
 
 def test_run_tool_errors_never_raise(sb):
-    assert json.loads(run_tool("web_search", "{}", sb)) == {"error": "Unknown tool: web_search"}
+    assert json.loads(run_tool("no_such_tool", "{}", sb)) == {"error": "Unknown tool: no_such_tool"}
     bad = json.loads(run_tool("terminal", "{not json", sb))
     assert bad["error"].startswith("Invalid JSON arguments: ")
     assert "object" in json.loads(run_tool("terminal", "[1, 2]", sb))["error"]
