@@ -7,6 +7,7 @@ answered with a clear error instead of a long wait.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -19,7 +20,8 @@ REF = re.compile(r" \[ref=(?P<ref>[a-z0-9]+)\]")
 CURSOR = re.compile(r" \[cursor=pointer\]")
 STRUCTURAL = re.compile(r"^\s*- (generic|group|none|presentation)\s*:?$")
 ACTION_MS = 10_000       # an element action waits this long for its element
-SETTLE_MS = 3_000        # after an action, wait this long for a navigation it started
+SETTLE_MS = 3_000        # after a navigation, wait this long for its page to load
+NAV_GRACE = 0.5          # seconds an action is given to start a navigation
 IMAGES_MAX = 100
 
 IMAGES_JS = """(max) => Array.from(document.images).slice(0, max).map(i => ({
@@ -105,10 +107,29 @@ def _locator(s: PromptSession, ref: str):
     return s.page.locator(f"aria-ref={name}"), f"@{name}"
 
 
+async def _acting(s: PromptSession, act) -> None:
+    """Run an action; if it starts a navigation (a link, a form sent with Enter), wait for the new page."""
+    navigated = asyncio.Event()
+    frame = s.page.main_frame
+
+    def seen(f) -> None:
+        if f == frame:
+            navigated.set()
+    s.page.on("framenavigated", seen)
+    try:
+        await act()
+        try:
+            await asyncio.wait_for(navigated.wait(), NAV_GRACE)
+        except asyncio.TimeoutError:
+            return  # nothing navigated: the page changed in place, or not at all
+    finally:
+        s.page.remove_listener("framenavigated", seen)
+    await _settle(s)
+
+
 async def click(s: PromptSession, ref: str) -> dict[str, Any]:
     locator, shown = _locator(s, ref)
-    await locator.click(timeout=ACTION_MS)
-    await _settle(s)
+    await _acting(s, lambda: locator.click(timeout=ACTION_MS))
     return {"success": True, "clicked": shown, "url": s.page.url, "title": await s.page.title()}
 
 
@@ -135,8 +156,7 @@ async def back(s: PromptSession) -> dict[str, Any]:
 
 
 async def press(s: PromptSession, key: str) -> dict[str, Any]:
-    await s.page.keyboard.press(key)
-    await _settle(s)
+    await _acting(s, lambda: s.page.keyboard.press(key))
     return {"success": True, "pressed": key, "url": s.page.url}
 
 

@@ -55,6 +55,7 @@ class PolicyProxy:
         self.policy = policy
         self.refused: list[tuple[str, str]] = []
         self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
         self.port = 0
 
     async def start(self) -> int:
@@ -66,9 +67,14 @@ class PolicyProxy:
         if self._server is not None:
             self._server.close()
             self._server = None
+        tasks = list(self._tasks)
+        for task in tasks:  # connections still open (a page stalled on a slow server)
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream: asyncio.StreamWriter | None = None
+        self._tasks.add(asyncio.current_task())
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT)
             lines = head.decode("latin-1").split("\r\n")
@@ -107,13 +113,10 @@ class PolicyProxy:
                 writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             log.debug("browser proxy: %s", e)
         finally:
+            self._tasks.discard(asyncio.current_task())
             for w in (writer, upstream):
                 if w is not None:
-                    try:
-                        await asyncio.wait_for(w.drain(), 5)
-                    except Exception:  # noqa: BLE001 - the peer is gone; closing is all that is left
-                        pass
-                    w.close()
+                    w.close()  # the transport sends what is buffered, then closes
 
 
 def _origin_form(lines: list[str], target: str) -> bytes:

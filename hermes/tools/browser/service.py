@@ -170,9 +170,12 @@ class BrowserService:
                                    "java_script_enabled": True}
         if self.local is not None:
             proxy = self._proxies.get(policy)
-            if proxy is None:
-                proxy = self._proxies[policy] = PolicyProxy(policy)
+            if proxy is None:  # started before it is shared: a context made meanwhile must not see port 0
+                proxy = PolicyProxy(policy)
                 await proxy.start()
+                if policy in self._proxies:
+                    await proxy.close()
+                proxy = self._proxies.setdefault(policy, proxy)
             # "<-loopback>": loopback goes through the proxy too (Chromium bypasses proxies for it by default)
             options["proxy"] = {"server": f"http://127.0.0.1:{proxy.port}", "bypass": "<-loopback>"}
         context = await self._browser.new_context(**options)
