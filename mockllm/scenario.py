@@ -14,6 +14,7 @@ from typing import Any, Callable
 from mockllm.conversation import HALLUCINATED_TOOL, RESULT_PREVIEW, Conversation, MockConfig, Reply, ToolCall, text_of
 from mockllm.conversation import parse_conversation
 from mockllm.script import _call_id, find_script, scripted_reply
+from mockllm import browser as browser_part
 
 Turn = list[tuple[str, dict]]
 
@@ -66,6 +67,7 @@ def files_and_terminal(conv: Conversation, config: MockConfig) -> list[Turn]:
 
 #: the parts of the default scenario, in order; each returns its turns (none when its tools are not offered)
 PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal]
+PARTS.append(browser_part.browse)
 
 
 def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
@@ -78,6 +80,7 @@ def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
 
 #: what the final answer quotes of a tool result: the first part that says something about it
 FACTS: list[Callable[[str, dict, str], str | None]] = [file_terminal_fact]
+FACTS.append(browser_part.browser_fact)
 
 
 def _hallucinates(first_user: str, config: MockConfig) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from hermes.tools import terminal as _terminal  # noqa: F401
 from hermes.tools import files as _files  # noqa: F401
 from hermes.tools import web as _web  # noqa: F401
+from hermes.tools import browser as _browser  # noqa: F401
 
 from hermes.tools.registry import load_plugins
 
