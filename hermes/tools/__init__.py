@@ -19,6 +19,8 @@ from typing import Any
 # Toolsets: importing a module registers it. Keep this the only list of them.
 from hermes.tools import terminal as _terminal  # noqa: F401
 from hermes.tools import files as _files  # noqa: F401
+from hermes.tools import vision as _vision  # noqa: F401
+from hermes.tools import image_gen as _image_gen  # noqa: F401
 
 from hermes.tools.registry import load_plugins
 
