@@ -66,9 +66,11 @@ def exists_in(box, path: str) -> bool:
 # --------------------------------------------------------------------------- registry
 
 def test_registry_names_toolsets_and_schemas():
-    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files"]
+    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
+                           "vision_analyze", "image_generate"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
-                        "file": ["read_file", "write_file", "patch", "search_files"]}
+                        "file": ["read_file", "write_file", "patch", "search_files"],
+                        "vision": ["vision_analyze"], "image_gen": ["image_generate"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
     assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process"]
     assert tools_for([]) == []

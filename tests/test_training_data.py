@@ -53,7 +53,7 @@ def test_statistics_of_a_run_with_known_outcomes(tmp_path, mock_llm, sandbox_ima
 
     zero = {"count": 0, "success": 0, "failure": 0, "success_rate": 0.0, "failure_rate": 0.0}
     assert stats["tool_statistics"] == {
-        "patch": zero, "process": zero, "search_files": zero,
+        "patch": zero, "process": zero, "search_files": zero, "vision_analyze": zero, "image_generate": zero,
         "read_file": {"count": 2, "success": 1, "failure": 1, "success_rate": 50.0, "failure_rate": 50.0},
         "terminal": {"count": 5, "success": 5, "failure": 0, "success_rate": 100.0, "failure_rate": 0.0},
         "write_file": {"count": 1, "success": 1, "failure": 0, "success_rate": 100.0, "failure_rate": 0.0},

@@ -143,6 +143,7 @@ def _openai(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: lis
         else:
             response = client.images.generate(**kw)
     except openai.APIStatusError as e:
+        ctx.record_usage("image_gen", {"failed": 1})  # a call made, an image not had
         raise BackendError(f"the image endpoint answered HTTP {e.status_code}: {_message(e)}",
                            "content_policy" if e.status_code == 400 and "safety" in _message(e).lower() else "backend_error")
     except openai.APIError as e:
@@ -175,7 +176,7 @@ def _fal(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: list[i
                                   headers={"Authorization": f"Key {ctx.secret('FAL_KEY') or ''}"})
     except httpx.HTTPError as e:
         raise BackendError(f"FAL could not be reached: {type(e).__name__}: {e}", "unreachable")
-    ctx.record_usage("image_gen", {"images": 1})
+    ctx.record_usage("image_gen", {"images": 1} if r.status_code == 200 else {"failed": 1})
     if r.status_code != 200:
         detail = r.text[:500]
         raise BackendError(f"FAL answered HTTP {r.status_code}: {detail}",
