@@ -92,7 +92,8 @@ def test_datasets_loads_trajectories_of_different_toolsets(tmp_path, mock_llm, s
 
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert ds.num_rows == 12
-    assert set(ds.features["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files"}
+    assert set(ds.features["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files",
+                                             "vision_analyze", "image_generate"}
     assert set(ds.features["tool_error_counts"]) == set(ds.features["tool_stats"])
     assert sorted(ds["prompt_index"]) == list(range(12))
     assert sorted(str(r.get("source")) for r in ds["metadata"]) == ["None"] * 6 + ["gsm8k"] * 6
