@@ -15,6 +15,7 @@ from mockllm.conversation import HALLUCINATED_TOOL, RESULT_PREVIEW, Conversation
 from mockllm.conversation import parse_conversation
 from mockllm.script import _call_id, find_script, scripted_reply
 from mockllm import browser as browser_part
+from mockllm.vision import vision_and_images, vision_fact, vision_reply
 
 Turn = list[tuple[str, dict]]
 
@@ -25,6 +26,9 @@ def build_reply(body: Any, config: MockConfig) -> Reply:
 
 
 def reply_for(conv: Conversation, config: MockConfig) -> Reply:
+    seen = vision_reply(conv)  # a vision request (image parts) is described, whatever else it says
+    if seen is not None:
+        return seen
     script = find_script(conv.first_user)
     if script is not None:
         return scripted_reply(script, conv)
@@ -68,6 +72,7 @@ def files_and_terminal(conv: Conversation, config: MockConfig) -> list[Turn]:
 #: the parts of the default scenario, in order; each returns its turns (none when its tools are not offered)
 PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal]
 PARTS.append(browser_part.browse)
+PARTS.append(vision_and_images)
 
 
 def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
@@ -81,6 +86,7 @@ def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
 #: what the final answer quotes of a tool result: the first part that says something about it
 FACTS: list[Callable[[str, dict, str], str | None]] = [file_terminal_fact]
 FACTS.append(browser_part.browser_fact)
+FACTS.append(vision_fact)
 
 
 def _hallucinates(first_user: str, config: MockConfig) -> bool:

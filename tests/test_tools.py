@@ -69,13 +69,14 @@ def test_registry_names_toolsets_and_schemas():
     browser = ["browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll", "browser_back",
                "browser_press", "browser_get_images", "browser_console"]
     assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
-                           "web_search", "web_extract", *browser]
+                           "web_search", "web_extract", *browser, "vision_analyze", "image_generate"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
                         "file": ["read_file", "write_file", "patch", "search_files"],
-                        "web": ["web_search", "web_extract"], "browser": browser}
+                        "web": ["web_search", "web_extract"], "browser": browser,
+                        "vision": ["vision_analyze"], "image_gen": ["image_generate"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
     assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process", "web_search", "web_extract"]
-    assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process"]
+    assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process", "vision_analyze"]
     assert tools_for([]) == []
     schemas = openai_schemas(tools_for(["terminal", "file"]))
     assert len(schemas) == 6
