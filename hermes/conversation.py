@@ -81,6 +81,7 @@ def converse(
                       prefetch=prefetch and sandboxed, remove_in_background=remove_in_background)
     ctx = context or ToolContext()
     ctx.sandbox = box
+    ctx.offered = frozenset(t.name for t in tools)
     try:
         with box:
             try:

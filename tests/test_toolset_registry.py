@@ -72,6 +72,21 @@ def test_a_registered_toolset_is_found_everywhere_and_leaves_cleanly():
     assert json.loads(run_tool("shout", "{}", ToolContext())) == {"error": "Unknown tool: shout"}
 
 
+def test_a_tool_the_conversation_was_not_offered_is_refused(tmp_path, mock_llm):
+    """A web-only prompt whose model calls `terminal` anyway gets no sandbox and no command run."""
+    rows = [{"prompt": "sneaky " + script(
+        {"reasoning": "Try the shell.", "tool_calls": [{"name": "terminal", "arguments": {"command": "id"}},
+                                                      _echo_call("echo", "fine")]},
+        {"reasoning": "Done.", "content": "Ok."})}]
+    done = run_cli(tmp_path, rows, "sneaky", mock_llm.base_url, "--distribution=echo_only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (entry,) = read_jsonl(tmp_path / "data" / "sneaky" / "trajectories.jsonl")
+    terminal, echo = tool_responses(entry)
+    assert terminal["content"] == {"error": "Unknown tool: terminal"}
+    assert echo["content"]["echo"] == "fine"
+    assert entry["tool_stats"]["terminal"] == {"count": 1, "success": 0, "failure": 1}
+
+
 def test_bad_distribution_registration_is_refused():
     with pytest.raises(distributions.DistributionError, match="already exists"):
         distributions.register("default", {"terminal": 100})

@@ -83,7 +83,9 @@ def run_tool(name: str, arguments: str | dict | None, ctx: Any, call_id: str = "
     """Run one model tool call. Always returns a JSON string; never raises."""
     try:
         tool = get_tool(name)
-        if tool is None:
+        offered = ctx.offered if isinstance(ctx, ToolContext) else None
+        if tool is None or (offered is not None and name not in offered):
+            # A registered tool the conversation was not offered is as unknown to it as an invented one.
             return error(f"Unknown tool: {name}")
         if isinstance(arguments, dict):
             args: Any = arguments
