@@ -1,11 +1,12 @@
 """The browser part of the default scenario: browse the first URL of the prompt like a user would.
 
-Six turns, one browser call each: navigate; type into the first text box of the page it got
+Six turns (seven when offered browser_vision), one browser call each: navigate; type into the first text box of the page it got
 back; click the first button (a form submitted); snapshot the page that led to; click the first
-link of that snapshot (a second page reached); snapshot that. The refs come from the snapshot
-results the mock got back, never guessed; when a page has no text box, button or link, that
-turn looks around instead (snapshot, scroll, back), so the part always has six turns and the
-parts after it keep their place. A prompt without an http(s) URL gets no browser turns.
+link of that snapshot (a second page reached); snapshot that; and, when offered browser_vision,
+a seventh: ask about the page's screenshot (QUESTION). The refs come from the snapshot results the
+mock got back, never guessed; when a page has no text box, button or link, that turn looks around
+instead (snapshot, scroll, back), so the part always has the same turns and the parts after it
+keep their place. A prompt without an http(s) URL gets no browser turns.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mockllm.conversation import Conversation, MockConfig, text_of
 
 Turn = list[tuple[str, dict]]
 URL = re.compile(r"https?://[^\s\"'<>()]+")
+QUESTION = "What does the page look like?"
 REF_LINE = re.compile(r"- (?P<role>[a-z]+)\b[^\n]*?\[ref=(?P<ref>@[a-z0-9]+)\]")
 
 
@@ -68,6 +70,7 @@ def browse(conv: Conversation, config: MockConfig) -> list[Turn]:
         [("browser_snapshot", {})],
         [("browser_click", {"ref": link})] if link else [("browser_back", {})],
         [("browser_snapshot", {})],
+        *([[("browser_vision", {"question": QUESTION})]] if "browser_vision" in conv.offered_tools else []),
     ]
 
 
@@ -76,4 +79,7 @@ def browser_fact(name: str, args: dict, output: str) -> str | None:
         return f"browsed={args.get('url')}"
     if name == "browser_type":
         return f"typed={args.get('text')}"
+    if name == "browser_vision":
+        m = re.search(r'"analysis": "([^"]*)', output)
+        return f"page={m[1]}" if m else None
     return None

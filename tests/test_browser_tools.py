@@ -8,10 +8,13 @@ non-loopback addresses are refused by the policy before the browser is even aske
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,10 +26,12 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from hermes import journal
 from hermes.netpolicy import NetPolicy
 from hermes.tools import SharedResources, ToolContext, run_tool, toolset_settings_model
 from hermes.tools.browser.launch import BASE, processes_using
 from hermes.tools.browser.settings import BrowserSettings, available
+from hermes.tools.vision import VisionSettings
 from tests.helpers import read_jsonl, tool_responses, until, write_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,6 +195,13 @@ def prompt(shared):
         ctx.close()
 
 
+def png_facts(data: bytes) -> str:
+    """What the mock's vision model says of a PNG: format, size, bytes, digest (mockllm/vision.py)."""
+    assert data.startswith(b"\x89PNG\r\n\x1a\n"), data[:16]
+    width, height = struct.unpack(">II", data[16:24])
+    return f"The image is a PNG, {width}x{height} pixels, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}."
+
+
 def call(ctx: ToolContext, name: str, **args) -> dict:
     return json.loads(run_tool(name, args, ctx))
 
@@ -219,13 +231,13 @@ def test_browser_only_run_submits_a_form_reaches_a_second_page_and_keeps_prompts
     assert site.met, "the two prompts did not browse at the same time"
     entries = read_jsonl(tmp_path / "data" / "browse" / "trajectories.jsonl")
     assert len(entries) == 2
-    cookies = set()
+    cookies, screenshots = set(), set()
     for entry in entries:
         assert entry["toolsets_used"] == ["browser"] and entry["completed"], entry["hermes"]
         calls = [r["name"] for r in tool_responses(entry)]
         assert calls == ["browser_navigate", "browser_type", "browser_click", "browser_snapshot", "browser_click",
-                         "browser_snapshot"]
-        nav, typed, submit, signed, follow, second = (r["content"] for r in tool_responses(entry))
+                         "browser_snapshot", "browser_vision"]
+        nav, typed, submit, signed, follow, second, seen = (r["content"] for r in tool_responses(entry))
         # first visit: a new visitor, nothing in local storage -- nothing leaked from the other prompt
         assert "new visitor" in nav["snapshot"] and "storage empty" in nav["snapshot"], nav["snapshot"]
         assert typed["success"] and typed["typed"].startswith("hermes-")
@@ -239,7 +251,18 @@ def test_browser_only_run_submits_a_form_reaches_a_second_page_and_keeps_prompts
         assert follow["success"] and follow["url"].endswith("/second")
         assert "Second page reached" in second["snapshot"]
         assert entry["tool_stats"]["browser_click"] == {"count": 2, "success": 2, "failure": 0}
+        # browser_vision: the run's own (mock) model, as the vision toolset defaults to, saw the screenshot
+        assert seen["success"], seen
+        shot = tmp_path / "data" / "browse" / seen["screenshot_path"]
+        assert png_facts(shot.read_bytes()) in seen["analysis"] and "What does the page look like?" in seen["analysis"]
+        screenshots.add(seen["screenshot_path"])
     assert len(cookies) == 2  # each prompt had its own cookie jar
+    run_dir = tmp_path / "data" / "browse"
+    records = [e["hermes"] for _, path in journal.batch_files(run_dir) for e in journal.read(path)]
+    assert len(screenshots) == 2 and sorted(f for h in records for f in h["files"]) == sorted(screenshots)
+    for h in records:  # named by prompt key and call id; the vision call counted apart from the agent's
+        assert re.fullmatch(rf"images/{h['key']}-call_\w+\.png", h["files"][0]), h["files"]
+        assert h["aux_usage"]["vision"]["calls"] == 1 and h["aux_usage"]["vision"]["prompt_tokens"] > 0
     assert not [p for p in (BASE.iterdir() if BASE.is_dir() else []) if p.name.startswith(f"{os.getpid()}-")]
 
 
@@ -263,6 +286,40 @@ def test_a_run_killed_mid_browse_leaves_no_browser_after_the_next_run_starts(tmp
 
 
 # --------------------------------------------------------------------------- in process
+
+def test_browser_vision_uses_the_vision_settings_and_annotate_draws_the_refs(prompt, site, shared, tmp_path):
+    from mockllm import MockLLM
+
+    unset = prompt()  # no vision model anywhere: a clear error, not a crash
+    call(unset, "browser_navigate", url=site.base + "/form")
+    result = call(unset, "browser_vision", question="What is on the page?")
+    assert result["success"] is False and "no vision model is configured" in result["error"], result
+    with MockLLM() as mock:
+        # the run's own endpoint is unset: only the vision toolset's settings name the model
+        ctx = ToolContext(settings=toolset_settings_model()(vision=VisionSettings(base_url=mock.base_url, model="eyes")),
+                          net=NetPolicy.from_hosts(["127.0.0.1"]), shared=shared, run_dir=tmp_path, key="k1")
+        try:
+            assert call(ctx, "browser_navigate", url=site.base + "/form")["success"]
+            shots = []
+            for n, annotate in enumerate([False, True, False], 1):
+                result = json.loads(run_tool("browser_vision", {"question": "Where is the Sign button?",
+                                                                "annotate": annotate}, ctx, call_id=f"c{n}"))
+                assert result["success"], result
+                assert result["screenshot_path"] == f"images/k1-c{n}.png"
+                data = (tmp_path / result["screenshot_path"]).read_bytes()
+                assert png_facts(data) in result["analysis"] and "Where is the Sign button?" in result["analysis"]
+                shots.append(data)
+            asked = [body for body in mock.requests() if body.get("model") == "eyes"]
+        finally:
+            ctx.close()
+    plain, annotated, plain_again = shots
+    assert plain == plain_again  # the page renders the same each time, and the labels were taken off again
+    assert annotated != plain    # ... so the difference is the refs drawn on it
+    assert ctx.files == ["images/k1-c1.png", "images/k1-c2.png", "images/k1-c3.png"]
+    assert ctx.aux_usage["vision"]["calls"] == 3 and len(asked) == 3
+    texts = [body["messages"][0]["content"][0]["text"] for body in asked]
+    assert ["labelled with their refs" in t for t in texts] == [False, True, False]
+
 
 def test_a_page_that_hangs_or_loops_is_cut_off_and_the_prompt_browses_on(prompt, site):
     ctx = prompt(timeout=4)

@@ -67,13 +67,13 @@ def exists_in(box, path: str) -> bool:
 
 def test_registry_names_toolsets_and_schemas():
     browser = ["browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll", "browser_back",
-               "browser_press", "browser_get_images", "browser_console"]
+               "browser_press", "browser_get_images", "browser_vision", "browser_console"]
     assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
-                           "web_search", "web_extract", *browser, "vision_analyze", "image_generate"]
+                           "web_search", "web_extract", "vision_analyze", *browser, "image_generate"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
                         "file": ["read_file", "write_file", "patch", "search_files"],
-                        "web": ["web_search", "web_extract"], "browser": browser,
-                        "vision": ["vision_analyze"], "image_gen": ["image_generate"]}
+                        "web": ["web_search", "web_extract"], "vision": ["vision_analyze"], "browser": browser,
+                        "image_gen": ["image_generate"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
     assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process", "web_search", "web_extract"]
     assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process", "vision_analyze"]

@@ -20,8 +20,8 @@ from typing import Any
 from hermes.tools import terminal as _terminal  # noqa: F401
 from hermes.tools import files as _files  # noqa: F401
 from hermes.tools import web as _web  # noqa: F401
+from hermes.tools import vision as _vision  # noqa: F401 - before browser, whose browser_vision uses it
 from hermes.tools import browser as _browser  # noqa: F401
-from hermes.tools import vision as _vision  # noqa: F401
 from hermes.tools import image_gen as _image_gen  # noqa: F401
 
 from hermes.tools.registry import load_plugins

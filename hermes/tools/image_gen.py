@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import base64
 import os
-import re
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -220,46 +216,8 @@ def _download(ctx: Any, s: ImageGenSettings, url: str) -> bytes:
         raise BackendError(f"fetching the generated image failed: {type(e).__name__}: {e}", "unreachable")
 
 
-# --------------------------------------------------------------------------- files
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def images_dir(ctx: Any) -> Path:
-    if ctx.run_dir is not None:
-        return Path(ctx.run_dir) / "images"
-    return Path(tempfile.gettempdir()) / "hermes-images"  # chat and the API server have no run folder
-
-
 def _save(ctx: Any, image: images.Image) -> str:
-    folder = images_dir(ctx)
-    folder.mkdir(parents=True, exist_ok=True)
-    _forget_earlier_attempts(ctx, folder)
-    stem = f"{_SAFE.sub('_', ctx.key) or 'prompt'}-{_SAFE.sub('_', ctx.call_id) or os.urandom(4).hex()}"
-    final = folder / f"{stem}{images.EXT[image.format]}"
-    tmp = folder / f".{stem}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(image.data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)  # whole or absent: a kill mid-write leaves only a hidden temp file
-    return ctx.add_file(final)  # relative to the run folder: images/<key>-<call>.png
-
-
-def _forget_earlier_attempts(ctx: Any, folder: Path) -> None:
-    """Once per prompt attempt: remove files an earlier attempt of this prompt left. A prompt runs
-    again only when no earlier attempt of it finished (resume re-runs failed and unfinished ones),
-    so none of those files belongs to a kept entry."""
-    if ctx.run_dir is None or not ctx.key:
-        return
-    state = ctx.prompt_state.setdefault("image_gen", {"lock": threading.Lock(), "cleaned": False})
-    with state["lock"]:
-        if state["cleaned"]:
-            return
-        state["cleaned"] = True
-        stem = _SAFE.sub("_", ctx.key)
-        for old in [*folder.glob(f"{stem}-*"), *folder.glob(f".{stem}-*.tmp")]:
-            old.unlink(missing_ok=True)
+    return images.save(ctx, image.data, images.EXT[image.format])  # images/<key>-<call>.png
 
 
 register(Toolset(

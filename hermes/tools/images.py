@@ -9,14 +9,18 @@ An image a model names (`image_url`) is one of
 
 and every one is checked to be an image (PNG, JPEG, GIF or WebP by its bytes, not by its name)
 and not larger than the caller's limit, so a model gets a clear error result, never a backend's
-confusing answer to a text file.
+confusing answer to a text file. Images the tools produce (image_generate's, browser_vision's
+screenshots) are saved in the run folder by `save`, named by prompt key and call id.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 import struct
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,3 +234,48 @@ def load(ctx: Any, image_url: str, *, max_bytes: int, timeout: float, http: Any)
             raise ImageError(f"{ref}: cannot read it ({e})") from None
         return as_image(data, ref, max_bytes)
     return from_sandbox(ctx.sandbox, ref, max_bytes)
+
+
+# --------------------------------------------------------------------------- files
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def images_dir(ctx: Any) -> Path:
+    if ctx.run_dir is not None:
+        return Path(ctx.run_dir) / "images"
+    return Path(tempfile.gettempdir()) / "hermes-images"  # chat and the API server have no run folder
+
+
+def save(ctx: Any, data: bytes, ext: str) -> str:
+    """Save an image a tool produced (image_generate, browser_vision's screenshot) as
+    images/<prompt key>-<call id><ext>, written whole; returns its name as recorded (ctx.add_file)."""
+    folder = images_dir(ctx)
+    folder.mkdir(parents=True, exist_ok=True)
+    _forget_earlier_attempts(ctx, folder)
+    stem = f"{_SAFE.sub('_', ctx.key) or 'prompt'}-{_SAFE.sub('_', ctx.call_id) or os.urandom(4).hex()}"
+    final = folder / f"{stem}{ext}"
+    tmp = folder / f".{stem}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)  # whole or absent: a kill mid-write leaves only a hidden temp file
+    return ctx.add_file(final)  # relative to the run folder: images/<key>-<call>.png
+
+
+def _forget_earlier_attempts(ctx: Any, folder: Path) -> None:
+    """Once per prompt attempt, before its first saved image (of any tool -- one state for all, so
+    one tool's cleanup never removes another's file of this attempt): remove files an earlier
+    attempt of this prompt left. A prompt runs again only when no earlier attempt of it finished
+    (resume re-runs failed and unfinished ones), so none of those files belongs to a kept entry."""
+    if ctx.run_dir is None or not ctx.key:
+        return
+    state = ctx.prompt_state.setdefault("saved_images", {"lock": threading.Lock(), "cleaned": False})
+    with state["lock"]:
+        if state["cleaned"]:
+            return
+        state["cleaned"] = True
+        stem = _SAFE.sub("_", ctx.key)
+        for old in [*folder.glob(f"{stem}-*"), *folder.glob(f".{stem}-*.tmp")]:
+            old.unlink(missing_ok=True)

@@ -74,21 +74,29 @@ def http_client(ctx: Any):
     return ctx.shared.get("images-http", lambda: httpx.Client(trust_env=False, headers={"User-Agent": "hermes-batch"}))
 
 
-def failed(message: str) -> str:
-    return dumps({"success": False, "analysis": None, "error": message})
+NOT_CONFIGURED = ("no vision model is configured: set --vision_base_url and --vision_model "
+                  "(HERMES_VISION_BASE_URL / HERMES_VISION_MODEL)")
 
 
-def run_vision_analyze(ctx: Any, args: dict) -> str:
-    s: VisionSettings = ctx.settings or VisionSettings()
+def failed(message: str) -> dict:
+    return {"success": False, "analysis": None, "error": message}
+
+
+def vision_endpoint(ctx: Any, s: VisionSettings) -> tuple[str, str, str] | None:
+    """(base_url, model, api_key) of the vision model, or None when none is configured."""
     base_url, model, key = endpoint_of(ctx, s.base_url, s.model, "HERMES_VISION_API_KEY")
-    if not base_url or not model:
-        return failed("no vision model is configured: set --vision_base_url and --vision_model "
-                      "(HERMES_VISION_BASE_URL / HERMES_VISION_MODEL)")
-    try:
-        image = images.load(ctx, args["image_url"], max_bytes=s.max_image_bytes, timeout=s.fetch_timeout,
-                            http=lambda: http_client(ctx))
-    except images.ImageError as e:
-        return failed(str(e))
+    return (base_url, model, key) if base_url and model else None
+
+
+def analyse(ctx: Any, image: images.Image, question: str, s: VisionSettings | None = None) -> dict:
+    """Ask the vision model `question` about `image`: {"success": True, "analysis"} or a failure
+    result. The call's token usage is counted as "vision". Other toolsets (browser_vision) call
+    this with their own image and the vision toolset's settings."""
+    s = s or VisionSettings()
+    endpoint = vision_endpoint(ctx, s)
+    if endpoint is None:
+        return failed(NOT_CONFIGURED)
+    base_url, model, key = endpoint
     import openai
 
     client = openai_client(ctx, "vision", base_url, key, s.timeout)
@@ -96,7 +104,7 @@ def run_vision_analyze(ctx: Any, args: dict) -> str:
         response = client.chat.completions.create(
             model=model, max_tokens=s.max_tokens,
             messages=[{"role": "user", "content": [
-                {"type": "text", "text": args["question"]},
+                {"type": "text", "text": question},
                 {"type": "image_url", "image_url": {"url": image.data_url()}}]}])
     except openai.APIStatusError as e:
         return failed(f"the vision model answered HTTP {e.status_code}: {_message(e)}")
@@ -108,7 +116,19 @@ def run_vision_analyze(ctx: Any, args: dict) -> str:
     analysis = (choice.message.content or "").strip() if choice else ""
     if not analysis:
         return failed("the vision model returned no analysis")
-    return dumps({"success": True, "analysis": analysis})
+    return {"success": True, "analysis": analysis}
+
+
+def run_vision_analyze(ctx: Any, args: dict) -> str:
+    s: VisionSettings = ctx.settings or VisionSettings()
+    if vision_endpoint(ctx, s) is None:  # said before any image is fetched
+        return dumps(failed(NOT_CONFIGURED))
+    try:
+        image = images.load(ctx, args["image_url"], max_bytes=s.max_image_bytes, timeout=s.fetch_timeout,
+                            http=lambda: http_client(ctx))
+    except images.ImageError as e:
+        return dumps(failed(str(e)))
+    return dumps(analyse(ctx, image, args["question"], s))
 
 
 def _message(e: Any) -> str:

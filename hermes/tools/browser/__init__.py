@@ -1,8 +1,9 @@
 """The browser toolset: a real browser, one isolated context per prompt (the reference's tools).
 
 Tools: browser_navigate, browser_snapshot, browser_click, browser_type, browser_scroll,
-browser_back, browser_press, browser_get_images, browser_console (and browser_vision once the
-vision backend exists: vision.py). Snapshots are the page's accessibility tree; interactive
+browser_back, browser_press, browser_get_images, browser_vision (a screenshot the vision
+toolset's model looks at: vision.py; offered when the vision toolset is registered) and
+browser_console. Snapshots are the page's accessibility tree; interactive
 elements carry refs `@e1`, `@e2`, ... that click and type take.
 
 DESIGN NOTES
@@ -134,9 +135,26 @@ TOOLS = [
          exclusive=True),
 ]
 
+
+def _vision(ctx: Any, args: dict) -> dict:
+    """browser_vision: the screenshot on the browser loop (within the time limit), the analysis
+    after it, outside the loop, so a slow vision model never holds the page up."""
+    annotate = bool(args.get("annotate"))
+    shot = _tool("browser_vision", lambda s, a, st: vision.screenshot(s, annotate))(ctx, args)
+    if isinstance(shot, dict):  # an error result: no browser, the page hung...
+        return shot
+    return vision.analyse(ctx, shot, args["question"], annotate)
+
+
 _description = "a real browser per prompt (local Chromium or a remote CDP browser)"
 if vision.backend() is None:
     _description += f"; browser_vision is left out: {vision.REASON}"
+else:
+    TOOLS.insert(next(i for i, t in enumerate(TOOLS) if t.name == "browser_get_images") + 1, Tool(
+        "browser_vision", "Take a screenshot of the current page and ask a vision model about it (layout, charts, "
+        "images, text the snapshot does not show). annotate=true draws the interactive elements' refs (@e1, ...) "
+        "onto it, so the answer can name them for browser_click.",
+        vision.PARAMETERS, _vision, exclusive=True))
 
 register(Toolset(name="browser", tools=TOOLS, settings=BrowserSettings, needs_sandbox=False, available=available,
                  description=_description, flag_prefix="browser"))
