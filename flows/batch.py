@@ -68,8 +68,22 @@ def _this_runs_settings(settings: RunSettings, stamp_run_name: bool | None) -> R
     return settings
 
 
+def _load_tool_secrets(tool_secrets: dict[str, str] | None) -> None:
+    """Toolsets' keys (TAVILY_API_KEY, FAL_KEY...) from Prefect Secret blocks, into this process's
+    environment, where the toolsets read them; never into parameters, which Prefect stores."""
+    if not tool_secrets:
+        return
+    import os
+
+    from prefect.blocks.system import Secret
+
+    for variable, block in tool_secrets.items():
+        os.environ[variable] = str(Secret.load(block).get())
+
+
 @flow(name="batch-run", flow_run_name=_flow_run_name)
-def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None) -> dict:
+def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None,
+              tool_secrets: dict[str, str] | None = None) -> dict:
     """Run a tool-using agent over every prompt of a JSONL dataset, each prompt in its own Docker sandbox.
 
     Writes trajectories.jsonl and statistics.json into output_dir/run_name; resumable by prompt content.
@@ -80,7 +94,10 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
             run gets its own output folder; unset: only runs started by a schedule are stamped
         api_key_secret: name of a Prefect Secret block holding the model API key; unset: the
             worker's HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY
+        tool_secrets: toolsets' keys from Prefect Secret blocks, as environment variable -> block
+            name (e.g. {"TAVILY_API_KEY": "tavily-key"}); unset ones come from the worker's environment
     """
+    _load_tool_secrets(tool_secrets)
     settings = _this_runs_settings(settings, stamp_run_name)
     link = PrefectLink.of_this_flow_run()
     with link.finish_without_it(lambda: rundir.run_dir(settings)):

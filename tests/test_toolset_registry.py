@@ -161,3 +161,18 @@ def test_parallel_tool_calls_of_one_turn_overlap_and_exclusive_ones_do_not(tmp_p
     # the exclusive call ran alone: after the call before it, before the call after it
     assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
     assert entry["api_calls"] == 3
+
+
+def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_harness, monkeypatch):
+    """A deployment names the Secret block holding a toolset's key; the key reaches the toolsets'
+    environment in the flow-run process and is never a flow parameter Prefect stores."""
+    from prefect.blocks.system import Secret
+
+    from flows.batch import _load_tool_secrets, batch_run
+
+    Secret(value="tv-123-secret").save("tavily-key-test", overwrite=True)
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    _load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
+    assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
+    monkeypatch.delenv("TAVILY_API_KEY")
+    assert "tool_secrets" in batch_run.parameters.model_dump()["properties"]  # a form field naming blocks
