@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, model_validator
+
 from hermes.api.errors import ApiError
 
 UNSUPPORTED = "unsupported_content_type"
@@ -22,6 +24,42 @@ def unsupported(message: str, param: str) -> ApiError:
 
 def bad(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, "invalid_request", param)
+
+
+def lone_surrogate_at(value: Any, param: str = "") -> str | None:
+    """Where in a parsed JSON body a string holds a lone UTF-16 surrogate (JSON allows the
+    escape \\ud800, Unicode text does not): the parameter path, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return param or "body"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = lone_surrogate_at(k, param or "body") or lone_surrogate_at(v, f"{param}.{k}" if param else str(k))
+            if where:
+                return where
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if where := lone_surrogate_at(v, f"{param}[{i}]"):
+                return where
+    return None
+
+
+class TextOnly(BaseModel):
+    """A request body whose strings must be Unicode text: one with a lone surrogate is the
+    client's bad input (400 naming the field), not something to fail on later when the text
+    is encoded for the model, the store or the answer."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        if where := lone_surrogate_at(data):
+            # ApiError, not ValueError: pydantic lets it through to the handler, param and all
+            raise bad(f"{where}: text holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not valid Unicode",
+                      where)
+        return data
 
 
 def check_image_url(url: Any, param: str) -> str:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Request
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hermes.api.content import TextOnly
 from hermes.api.errors import ApiError, not_found
 from hermes.settings import RunSettings
 
@@ -66,7 +67,7 @@ Batch = Annotated[dict[str, Any] | None, AfterValidator(_check_batch)]
 Cron = Annotated[str | None, AfterValidator(_check_cron)]
 
 
-class JobSpec(BaseModel):
+class JobSpec(TextOnly):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="unique among jobs; names the Prefect deployment")
@@ -91,7 +92,7 @@ class JobSpec(BaseModel):
         return "prompt" if self.prompt is not None else "batch"
 
 
-class JobPatch(BaseModel):
+class JobPatch(TextOnly):
     """Fields to change; those left out stay as they are (`schedule: null` removes the schedule)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -7,7 +7,9 @@ only. The output lists what the agent did, in order: `message` items for its tex
 carry the Responses event types, items appearing as the agent works.
 
 Responses are stored unless `store` is false; a response in a named conversation is always
-stored, since the conversation is made of stored responses.
+stored, since the conversation is made of stored responses. A conversation whose latest
+response was evicted from the store answers 409 `conversation_expired` rather than going on
+without its history.
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
 from hermes.api import sse
-from hermes.api.content import responses_input
+from hermes.api.content import TextOnly, responses_input
 from hermes.api.errors import ApiError, not_found
-from hermes.api.service import AgentRequest, AgentService, Event, usage_of
+from hermes.api.service import AgentRequest, AgentService, Event, hung_up, usage_of
 from hermes.api.response_store import ResponseStore
 
 router = APIRouter()
@@ -32,7 +34,7 @@ class ConversationRef(BaseModel):
     id: str
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(TextOnly):
     model_config = ConfigDict(extra="allow")  # sampling parameters etc.: the server decides
 
     model: str | None = None
@@ -143,8 +145,14 @@ async def create_response(body: ResponsesRequest, request: Request):
         if previous is None:
             raise not_found("previous response", body.previous_response_id, "previous_response_id")
     elif conversation:
-        latest = store.latest(conversation)
+        latest, evicted = store.latest(conversation)
         previous = store.get(latest) if latest else None  # a new name starts a new conversation
+        if latest and previous is None:
+            # never start over silently: the client would think the model still knew the history
+            raise ApiError(409, f"conversation '{conversation}' cannot be continued: its latest response {latest} "
+                           f"was {'evicted from the store (max_stored_responses)' if evicted else 'removed'}; "
+                           "start a new conversation, or send the history in `input`",
+                           "conversation_expired", "conversation")
     new, system = responses_input(body.input)
     messages = (previous.messages if previous else []) + new
     instructions = "\n\n".join(s for s in (body.instructions, system) if s) or None
@@ -165,7 +173,7 @@ async def create_response(body: ResponsesRequest, request: Request):
         work.future.add_done_callback(lambda _: queue.put_nowait(None))
         return sse.stream(_stream(work, queue, output, messages, conversation, store))
     events: list[Event] = []
-    run = await service.wait(service.start(agent_request, events.append))
+    run = await service.wait(service.start(agent_request, events.append), hung_up(request.receive))
     for ev in events:
         output.feed(ev)
     if run.error and not output.items:
