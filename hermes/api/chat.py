@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator, Literal
+from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from hermes.api import sse
 from hermes.api.content import TextOnly, chat_messages
 from hermes.api.errors import ApiError, error_body
+from hermes.api.wire_schemas import CHAT_MESSAGES
 from hermes.api.service import AgentRequest, AgentService, Event, final_text, hung_up, usage_of
 from hermes.stats import is_tool_failure
 
@@ -45,8 +46,8 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
-    include_tool_progress: bool | None = Field(
+    include_usage: StrictBool = False
+    include_tool_progress: StrictBool | None = Field(
         None, description="hermes.tool.progress events in the stream (default: the server's tool_progress setting)")
 
 
@@ -56,8 +57,9 @@ class ChatRequest(TextOnly):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    # validated here and in content.chat_messages; the document says the same (wire_schemas)
+    messages: Annotated[list[ChatMessage], WithJsonSchema(CHAT_MESSAGES)] = Field(min_length=1)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
 
 

@@ -16,34 +16,39 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from hermes.api import sse
 from hermes.api.content import TextOnly, responses_input
 from hermes.api.errors import ApiError, not_found
 from hermes.api.service import AgentRequest, AgentService, Event, hung_up, usage_of
 from hermes.api.response_store import ResponseStore
+from hermes.api.wire_schemas import RESPONSES_INPUT, not_both
 
 router = APIRouter()
 
 
 class ConversationRef(BaseModel):
-    id: str
+    id: str = Field(min_length=1)
+
+#: Responses input (content.responses_input checks it; the document says the same)
+Input = Annotated[str | list[dict[str, Any]], WithJsonSchema(RESPONSES_INPUT)]
 
 
 class ResponsesRequest(TextOnly):
-    model_config = ConfigDict(extra="allow")  # sampling parameters etc.: the server decides
+    # sampling parameters etc. are allowed: the server decides
+    model_config = ConfigDict(extra="allow", json_schema_extra=not_both("previous_response_id", "conversation"))
 
     model: str | None = None
-    input: str | list[dict[str, Any]]
+    input: Input
     instructions: str | None = None
-    store: bool = True
-    previous_response_id: str | None = None
-    conversation: str | ConversationRef | None = None
-    stream: bool = False
+    store: StrictBool = True
+    previous_response_id: str | None = Field(None, min_length=1)
+    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
+    stream: StrictBool = False
     metadata: dict[str, str] | None = None
 
 
@@ -136,11 +141,11 @@ async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
     store: ResponseStore = state.store
     service: AgentService = state.service
-    if body.previous_response_id and body.conversation:
+    if body.previous_response_id is not None and body.conversation is not None:
         raise ApiError(400, "send previous_response_id or conversation, not both", "invalid_request", "conversation")
     conversation = body.conversation.id if isinstance(body.conversation, ConversationRef) else body.conversation
     previous = None
-    if body.previous_response_id:
+    if body.previous_response_id is not None:
         previous = store.get(body.previous_response_id)
         if previous is None:
             raise not_found("previous response", body.previous_response_id, "previous_response_id")

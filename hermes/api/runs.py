@@ -19,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field, ConfigDict, WithJsonSchema
 
 from hermes.api import sse
 from hermes.api.content import TextOnly, responses_input
 from hermes.api.errors import ApiError, not_found
+from hermes.api.wire_schemas import RESPONSES_INPUT, RESPONSES_ITEMS, not_both
 from hermes.api.service import AgentRequest, AgentService, Event, Work, final_text, usage_of
 
 router = APIRouter()
@@ -38,13 +39,15 @@ RESULT_PREVIEW = 2000
 
 
 class RunRequest(TextOnly):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=not_both("conversation_history", "previous_response_id"))
 
-    input: str | list[dict[str, Any]]
+    # checked by content.responses_input; the document says the same (wire_schemas)
+    input: Annotated[str | list[dict[str, Any]], WithJsonSchema(RESPONSES_INPUT)]
     instructions: str | None = None
     session_id: str | None = None
-    conversation_history: list[dict[str, Any]] | None = None
-    previous_response_id: str | None = None
+    conversation_history: Annotated[list[dict[str, Any]] | None,
+                                    WithJsonSchema({"anyOf": [RESPONSES_ITEMS, {"type": "null"}]})] = None
+    previous_response_id: str | None = Field(None, min_length=1)
     model: str | None = None
 
 
@@ -198,17 +201,17 @@ def existing_run(run_id: str, runs: RunRegistry = Depends(registry)) -> Run:
 
 @router.post("/v1/runs", status_code=202)
 async def create_run(body: RunRequest, request: Request, runs: RunRegistry = Depends(registry)):
-    if body.conversation_history is not None and body.previous_response_id:
+    if body.conversation_history is not None and body.previous_response_id is not None:
         raise ApiError(400, "send conversation_history or previous_response_id, not both", "invalid_request",
                        "previous_response_id")
     history: list[dict[str, Any]] = []
-    if body.previous_response_id:
+    if body.previous_response_id is not None:
         stored = request.app.state.store.get(body.previous_response_id)
         if stored is None:
             raise not_found("previous response", body.previous_response_id, "previous_response_id")
         history = stored.messages
     elif body.conversation_history:
-        history, _ = responses_input(body.conversation_history)
+        history, _ = responses_input(body.conversation_history, require_message=False)
     new, system = responses_input(body.input)
     instructions = "\n\n".join(s for s in (body.instructions, system) if s) or None
     run = Run(f"run_{uuid.uuid4().hex}", body.session_id, request.app.state.settings.model_name)
@@ -228,7 +231,7 @@ async def get_run(run: Run = Depends(existing_run)):
 
 
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
-            responses={200: {"description": "the run's events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+            responses={200: {"description": "the run's events", "content": {"text/event-stream": {"schema": {"type": "object"}}}}})
 async def run_events(run: Run = Depends(existing_run),
                      last_event_id: str | None = Header(None, alias="Last-Event-ID")):
     # A plain streaming response, not FastAPI's generator endpoint: that one's keep-alive task
