@@ -63,7 +63,8 @@ def _param(loc: tuple[Any, ...]) -> str | None:
             out += f"[{part}]"
         elif part in ("body", "query", "path", "header") and not out:
             continue
-        elif isinstance(part, str) and (part in _UNION_TAGS or "[" in part or part[:1].isupper()):
+        elif isinstance(part, str) and (part in _UNION_TAGS or part.startswith("constrained-") or "[" in part
+                                        or part[:1].isupper()):
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -49,8 +49,8 @@ def _errors(path: str, method: str, op: dict[str, Any]) -> set[int]:
     codes |= set(AGENT.get(path, ()) if method == "post" else ())
     if path.startswith("/api/jobs"):
         codes.add(503)
-        if method == "post" and path == "/api/jobs":
-            codes.add(409)
+        if method in ("post", "patch"):
+            codes.add(409)  # a name taken; a change that does not fit the job's kind
     return codes
 
 
@@ -60,6 +60,7 @@ def build(app: FastAPI) -> dict[str, Any]:
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     schemas["Error"] = ERROR_SCHEMA
+    _add_run_settings(schemas)
     for path, item in doc.get("paths", {}).items():
         for method, op in item.items():
             responses = op.setdefault("responses", {})
@@ -71,6 +72,15 @@ def build(app: FastAPI) -> dict[str, Any]:
                 ok = responses.setdefault("200", {"description": "the answer"})
                 ok.setdefault("content", {})["text/event-stream"] = {"schema": SSE["schema"]}
     return doc
+
+
+def _add_run_settings(schemas: dict[str, Any]) -> None:
+    """A batch job's `batch` is the batch-run settings: their schema, under components."""
+    from hermes.settings import RunSettings
+
+    schema = RunSettings.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schema.pop("$defs", {}))
+    schemas["RunSettings"] = schema
 
 
 def install(app: FastAPI) -> None:
