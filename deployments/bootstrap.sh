@@ -41,4 +41,13 @@ if command -v dpkg >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; 
   apt_install busybox-static || log "could not install busybox-static; the offline image build needs it"
 fi
 python3 -m hermes.sandbox.image ensure
+
+# The API server's tests drive it with the official openai-node SDK too (4.x and 6.x).
+if ! command -v npm >/dev/null 2>&1; then
+  log "no npm: installing nodejs and npm"
+  apt_install nodejs npm || log "could not install npm; the openai-node client tests need it"
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error) || log "npm ci in tests/node failed"
+fi
 log "ready"

@@ -9,8 +9,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,11 +25,12 @@ import pytest
 from hermes.api import create_app
 from hermes.api.server import ServerThread
 from mockllm import MockLLM
-from tests.helpers import script, until
+from tests.helpers import free_port, script, until
 from tests.test_api_server import HOLD, KEY, api_containers, assert_error, read_events, release, settings, terminal
 
 pytestmark = pytest.mark.docker
-NODE = Path(__file__).resolve().parent / "node"
+REPO = Path(__file__).resolve().parent.parent
+NODE = REPO / "tests" / "node"
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +360,41 @@ def test_11_stop_ends_the_running_tool_command(server, mock, docker_engine):
     assert names == ["run.started", "tool.started", "run.stopping", "tool.completed", "run.cancelled"]
     assert len(mock.requests()) == 1
     assert api_containers(docker_engine, **{"hermes-batch.prompt": run_id[4:16]}) == []
+
+
+# --------------------------------------------------------------------------- API_SERVER_SANDBOX=local
+
+
+def test_serve_with_the_local_sandbox_runs_commands_on_this_host(mock, tmp_path, docker_engine):
+    """`hermes-batch serve` from the outside with API_SERVER_SANDBOX=local: it says so loudly,
+    and a tool call's command runs on this host (it writes a file here), in no container."""
+    port = free_port()
+    env = {**os.environ, "API_SERVER_SANDBOX": "local", "API_SERVER_KEY": KEY, "API_SERVER_PORT": str(port),
+           "HERMES_HOME": str(tmp_path), "HERMES_BASE_URL": mock.base_url, "HERMES_MODEL": "mock-upstream"}
+    env.pop("PREFECT_API_URL", None)
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--no-jobs", "--log-level", "warning"],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        until(up, "hermes-batch serve to answer", timeout=120)
+        marker = tmp_path / "written-by-the-agent"
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+        answer = api.chat.completions.create(model="m", messages=[{"role": "user", "content": script(
+            terminal(f"echo on-the-host > {marker}"), {"content": "written"})}])
+        assert answer.choices[0].message.content == "written"
+        assert marker.read_text() == "on-the-host\n"
+        detailed = httpx.get(f"http://127.0.0.1:{port}/health/detailed", headers={"Authorization": f"Bearer {KEY}"}).json()
+        assert detailed["readiness"]["checks"]["sandbox"] == {"status": "ok", "backend": "local"}
+        assert api_containers(docker_engine, **{"hermes-batch.run": f"api-{socket.gethostname()}-{proc.pid}"}) == []
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert "WARNING: API_SERVER_SANDBOX=local: model-written commands run on THIS host" in log.read_text()
