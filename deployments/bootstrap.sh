@@ -50,4 +50,13 @@ if [ "$(id -u)" = 0 ] && ! id hermes-browser >/dev/null 2>&1; then
     || log "could not create the hermes-browser user; the browser runs as nobody"
 fi
 python3 -m hermes.sandbox.image ensure
+
+# The API server's tests drive it with the official openai-node SDK too (4.x and 6.x).
+if ! command -v npm >/dev/null 2>&1; then
+  log "no npm: installing nodejs and npm"
+  apt_install nodejs npm || log "could not install npm; the openai-node client tests need it"
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error) || log "npm ci in tests/node failed"
+fi
 log "ready"
