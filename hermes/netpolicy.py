@@ -44,7 +44,12 @@ def parse_hosts(value: str | Iterable[str] | None) -> list[str]:
     """A comma list (or list) of host names, addresses and CIDRs, normalised."""
     if value is None:
         return []
-    items = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(i, str) for i in value):
+        items = list(value)
+    else:  # a ValueError, so settings validation names the field instead of failing on it
+        raise ValueError("expected host names, addresses or CIDRs: a comma-separated string or a list of strings")
     return [i.strip().lower().rstrip(".") for i in items if i and i.strip()]
 
 

@@ -26,12 +26,12 @@ def build_reply(body: Any, config: MockConfig) -> Reply:
 
 
 def reply_for(conv: Conversation, config: MockConfig) -> Reply:
-    seen = vision_reply(conv)  # a vision request (image parts) is described, whatever else it says
-    if seen is not None:
-        return seen
-    script = find_script(conv.first_user)
+    script = find_script(conv.first_user)  # a script says exactly what to answer, images or not
     if script is not None:
         return scripted_reply(script, conv)
+    seen = vision_reply(conv)  # a vision request (image parts) is described
+    if seen is not None:
+        return seen
     return default_reply(conv, config)
 
 
