@@ -70,6 +70,11 @@ Errors on demand: ``--fail-first N`` fails the first N requests of each conversa
 ``--error-status`` (429, 500 or 503) with an OpenAI error body ``{"error": {"message", "type",
 "code"}}``; 429 and 503 carry ``Retry-After`` (and ``retry-after-ms``) of ``--retry-after`` seconds.
 Bad request bodies get a 400 with an OpenAI error body.
+
+A provider's rate limit: ``--rpm R`` answers 429 beyond R requests a minute (a token bucket
+holding ``--burst`` requests, one second's worth by default), at once, with ``Retry-After`` and
+"Please try again in 820ms."; every chat answer carries ``x-ratelimit-limit-requests``,
+``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests`` (mockllm.ratelimit).
 """
 from __future__ import annotations
 

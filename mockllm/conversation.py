@@ -30,6 +30,8 @@ class MockConfig:
     seed: int = 0
     turns: int = 3                  # model calls of the default scenario
     hallucinate_rate: float = 0.0   # share of conversations calling web_fetch_imaginary
+    rpm: float = 0.0                # requests a minute before 429 (0: no cap), see mockllm.ratelimit
+    burst: int = 0                  # most requests the cap takes at once (0: one second's worth)
     verbose: bool = False           # log each HTTP request to stderr
 
     def __post_init__(self) -> None:
@@ -38,7 +40,7 @@ class MockConfig:
         for name in ("error_rate", "hallucinate_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
-        for name in ("latency", "latency_jitter", "retry_after", "fail_first"):
+        for name in ("latency", "latency_jitter", "retry_after", "fail_first", "rpm", "burst"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 400 <= self.error_status <= 599:

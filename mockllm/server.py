@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import threading
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
+from mockllm.ratelimit import RequestBucket, format_duration
 from mockllm.scenario import reply_for
 from mockllm.wire import completion_chunks, completion_object, error_body
 
@@ -28,8 +30,9 @@ class MockState:
     def reset(self) -> None:
         with self._lock:
             self.requests: list[Any] = []
-            self.counts = {"requests": 0, "ok": 0, "errors": 0, "injected_errors": 0,
+            self.counts = {"requests": 0, "ok": 0, "errors": 0, "injected_errors": 0, "rate_limited": 0,
                            "bad_requests": 0, "streamed": 0, "in_flight": 0, "max_in_flight": 0}
+            self.bucket = RequestBucket(self.config.rpm, self.config.burst) if self.config.rpm else None
             self._attempts: dict[str, int] = {}
             self._rng = random.Random(self.config.seed)
 
@@ -89,6 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ----- routing
 
     def do_GET(self) -> None:
+        self._extra_headers: dict[str, str] = {}  # the handler lives as long as its connection
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
             self._send_json(200, {"status": "ok"})
@@ -105,6 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, f"no route for GET {path}")
 
     def do_POST(self) -> None:
+        self._extra_headers = {}
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/chat/completions", "/chat/completions"):
             self._guarded(self._chat)
@@ -138,6 +143,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self) -> None:
         state = self.server.state
         state.count("requests")
+        if state.bucket is not None:
+            # The cap is checked on arrival and a refusal is answered at once, as providers do.
+            allowed, wait, self._extra_headers = state.bucket.take()
+            if not allowed:
+                self._read_body()
+                state.count("rate_limited")
+                state.count("errors")
+                limit = self._extra_headers["x-ratelimit-limit-requests"]
+                return self._send_error(429, f"Rate limit reached for requests per min (RPM): Limit {limit}. "
+                                             f"Please try again in {format_duration(wait)}.",
+                                        {"Retry-After": str(max(1, math.ceil(wait))),
+                                         "retry-after-ms": str(max(1, round(wait * 1000)))})
         try:
             body = json.loads(self._read_body() or b"null")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -195,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-request-id", f"req_mock{uuid.uuid4().hex[:16]}")
-        for name, value in (headers or {}).items():
+        for name, value in {**self._extra_headers, **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
@@ -206,6 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in self._extra_headers.items():
+            self.send_header(name, value)
         self.end_headers()
         for chunk in chunks:
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode("utf-8"))
