@@ -1,7 +1,8 @@
 """The model endpoint: any OpenAI-compatible server, through the openai SDK.
 
 Retries (429, 5xx, time-outs, dropped connections, with backoff and Retry-After honoured) are
-the SDK's own; reasoning and OpenRouter provider routing go in the request's extra body.
+the SDK's own; every attempt passes the client's AdaptiveLimiter (hermes.ratelimit), shared by
+all threads that use the client, so a rate-limited endpoint slows the whole run down; reasoning and OpenRouter provider routing go in the request's extra body.
 `complete_stream` asks for `stream: true` and hands each delta to a callback as it arrives
 (the API server relays them to its clients); both methods return the same Reply.
 """
@@ -15,6 +16,7 @@ import httpx
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
 
@@ -61,13 +63,16 @@ DeltaCallback = Callable[[str, str], None]
 
 class ModelClient:
     def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
-                 timeout: float = 600.0):
+                 timeout: float = 600.0, max_in_flight: int | None = None):
+        """max_in_flight: the limiter's ceiling; a run's --num_workers by default (64 for a chat)."""
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
+        ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
+        self.limiter = AdaptiveLimiter(ceiling)
         self.client = openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
                                     max_retries=settings.max_retries if max_retries is None else max_retries,
-                                    timeout=timeout)
+                                    timeout=timeout, http_client=LimitedHttpClient(self.limiter, timeout=timeout))
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}

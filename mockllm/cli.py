@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--rpm", type=float, default=0.0, metavar="R",
         help="answer 429 beyond R requests a minute (token bucket; x-ratelimit-* headers on every answer)")
     add("--burst", type=int, default=0, metavar="N", help="most requests --rpm takes at once (default: one second's worth)")
+    add("--no-ratelimit-headers", dest="ratelimit_headers", action="store_false",
+        help="with --rpm, send only Retry-After on a 429, no x-ratelimit-* headers")
     add("--verbose", action="store_true", help="log every HTTP request to stderr")
     return parser
 

@@ -32,6 +32,7 @@ class MockConfig:
     hallucinate_rate: float = 0.0   # share of conversations calling web_fetch_imaginary
     rpm: float = 0.0                # requests a minute before 429 (0: no cap), see mockllm.ratelimit
     burst: int = 0                  # most requests the cap takes at once (0: one second's worth)
+    ratelimit_headers: bool = True  # send x-ratelimit-* headers (some endpoints send only Retry-After)
     verbose: bool = False           # log each HTTP request to stderr
 
     def __post_init__(self) -> None:

@@ -145,13 +145,14 @@ class _Handler(BaseHTTPRequestHandler):
         state.count("requests")
         if state.bucket is not None:
             # The cap is checked on arrival and a refusal is answered at once, as providers do.
-            allowed, wait, self._extra_headers = state.bucket.take()
+            allowed, wait, headers = state.bucket.take()
+            if state.config.ratelimit_headers:
+                self._extra_headers = headers
             if not allowed:
                 self._read_body()
                 state.count("rate_limited")
                 state.count("errors")
-                limit = self._extra_headers["x-ratelimit-limit-requests"]
-                return self._send_error(429, f"Rate limit reached for requests per min (RPM): Limit {limit}. "
+                return self._send_error(429, f"Rate limit reached for requests per min (RPM): Limit {state.config.rpm:g}. "
                                              f"Please try again in {format_duration(wait)}.",
                                         {"Retry-After": str(max(1, math.ceil(wait))),
                                          "retry-after-ms": str(max(1, round(wait * 1000)))})
