@@ -30,6 +30,15 @@ class RetryPolicy:
     base_delay: float = 2.0    # seconds before the first retry; doubled for each further one
     max_delay: float = 30.0
 
+    @classmethod
+    def for_settings(cls, settings: Any) -> "RetryPolicy":
+        """--prompt_retries, within --max_attempts where that is set (attempts of earlier
+        invocations are not counted here: the plan already left out prompts that used theirs up)."""
+        retries = settings.prompt_retries
+        if settings.max_attempts:
+            retries = min(retries, settings.max_attempts - 1)
+        return cls(retries=retries)
+
     def delay(self, entry: dict[str, Any], attempt: int) -> float | None:
         """Seconds until `entry`'s prompt is tried again (attempt: 1 for the first try), or None."""
         meta = entry.get("hermes") or {}

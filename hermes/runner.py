@@ -140,7 +140,7 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
     counts = {"completed": 0, "partial": 0, "failed": 0, "discarded": 0}
 
-    policy = RetryPolicy(retries=ctx.settings.prompt_retries)
+    policy = RetryPolicy.for_settings(ctx.settings)
 
     def one(row: Row, attempt: int) -> float | None:
         limiter = ctx.limiter

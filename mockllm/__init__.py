@@ -42,7 +42,7 @@ the text of the last user message with a ``MOCK_SCRIPT`` line (else the last use
    assistant turn ``n`` answers ``turns[n]``; past the end the answer is ``"Done."``. Tool calls
    need not name offered tools. Object arguments are JSON-encoded; string arguments are sent
    verbatim (to test unparseable arguments). ``"error": STATUS`` fails that turn every time it
-   is asked; ``"sleep": S`` waits S seconds before answering. A malformed script is a 400.
+   is asked (with ``"times": N`` only the first N times, then the turn answers as scripted); ``"sleep": S`` waits S seconds before answering. A malformed script is a 400.
 
 2. Default scenario, using only the offered ``tools`` (matched by function name):
 

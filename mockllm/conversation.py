@@ -72,6 +72,7 @@ class Reply:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     error_status: int | None = None
+    error_times: int | None = None  # the error is answered the first N times this turn is asked (None: always)
     sleep: float = 0.0
 
     @property

@@ -57,6 +57,15 @@ class MockState:
         with self._lock:
             return config.latency + self._rng.uniform(0, config.latency_jitter)
 
+    def scripted_error_due(self, conversation_key: str, turn: int, times: int | None) -> bool:
+        """A scripted turn error with "times": N fails the first N asks of that turn only."""
+        if times is None:
+            return True
+        with self._lock:
+            seen = self._attempts.get(f"{turn}\0{conversation_key}", 0)
+            self._attempts[f"{turn}\0{conversation_key}"] = seen + 1
+        return seen < times
+
     def injected_error(self, conversation_key: str) -> bool:
         """Should this request fail on purpose (--fail-first, then --error-rate)?"""
         config = self.config
@@ -170,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         if state.injected_error(conv.first_user):
             state.count("injected_errors")
             return self._fail(state.config.error_status, "injected failure (mock-llm --fail-first / --error-rate)")
-        if reply.error_status:
+        if reply.error_status and state.scripted_error_due(conv.first_user, conv.assistant_turns, reply.error_times):
             return self._fail(reply.error_status, f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})")
         state.count("ok")
         if body.get("stream"):
