@@ -4,22 +4,26 @@ Every model request of a run (each SDK attempt, retries included) passes one Ada
 so a rate limit is felt once for the run instead of by each prompt thread on its own:
 
 * window: requests in flight, at most the ceiling (--num_workers). Additive increase (about
-  one more per round trip of clean answers), multiplicative decrease on a 429 (halved; once
-  per round trip: the answers to requests sent before a decrease do not decrease it again, as
-  in TCP, or one burst of 429s would collapse it to one).
+  one more per round trip of clean answers), multiplicative decrease on a 429 (once per round
+  trip: the answers to requests sent before a decrease do not decrease it again, as in TCP,
+  or one burst of 429s would collapse it to one). This is what meets a cap on concurrency.
 * pause: after a 429 (or a 503) no request starts before its Retry-After (`retry-after-ms`,
   `Retry-After` seconds or date) has passed: the SDK's own retry of that request sleeps as
   long, and every other thread now waits with it instead of hitting the limit again.
-* pace: where answers carry OpenAI's `x-ratelimit-limit-requests` (requests a minute), starts
-  are spaced to that rate, a little under it, so a run stays below the cap rather than
-  finding it by 429s; a 429 all the same lowers the pace by a tenth, clean answers bring it
-  back up by a hundredth of the cap each.
+* pace: starts are spaced in time, which is what meets a cap on requests a minute (a window
+  of one still sends hundreds a second to an endpoint that answers in milliseconds). Where
+  answers carry OpenAI's `x-ratelimit-limit-requests` (requests a minute) the pace is set a
+  little under it from the first answer on, so the run stays below the cap rather than
+  finding it by 429s. Otherwise the first throttled round trip sets it just under the rate
+  of clean answers of the last second. Each throttled round trip lowers it by a tenth, and
+  PACE_RECOVERY clean answers win that back (additive increase).
 
 Without throttling the window stays at the ceiling, which the run's prompt limiter already
 enforces, so an endpoint that never says 429 costs one uncontended lock per request.
 """
 from __future__ import annotations
 
+import collections
 import email.utils
 import logging
 import threading
@@ -30,9 +34,11 @@ import openai
 
 log = logging.getLogger(__name__)
 
-DECREASE = 0.5          # window factor on a throttled round trip
+DECREASE = 0.8          # window factor on a throttled round trip
 PACE_SHARE = 0.97       # share of the advertised requests-a-minute that starts are paced to
-PACE_DECREASE = 0.9     # pace factor on a 429 while pacing
+PACE_DECREASE = 0.9     # pace factor on a throttled round trip
+PACE_RECOVERY = 30      # clean answers that win back a decrease (additive increase)
+MEASURE = 1.0           # seconds of clean answers the first pace is measured over
 DEFAULT_PAUSE = 1.0     # seconds a 429 without Retry-After pauses the run
 MAX_PAUSE = 60.0        # a longer Retry-After is not trusted (the SDK caps its own the same way)
 LOG_EVERY = 10.0        # seconds between "the endpoint throttles" log lines
@@ -70,7 +76,10 @@ class AdaptiveLimiter:
         self.in_flight = 0
         self.resume_at = 0.0            # no request starts before this
         self.pace: float | None = None  # requests a second starts are spaced to (None: not paced)
+        self.pace_cap: float | None = None  # from x-ratelimit-limit-requests, when sent
+        self.pace_step = 0.0            # additive increase of the pace per clean answer
         self.next_start = 0.0
+        self._answered: collections.deque[float] = collections.deque()  # times of recent clean answers
         self.epoch = 0                  # bumped by each decrease
         self.counts = {"requests": 0, "throttled": 0, "decreases": 0}
         self._clock = clock
@@ -105,6 +114,9 @@ class AdaptiveLimiter:
                 self._throttled(epoch, status, headers, now)
             elif status is not None and status < 400:
                 self.window = min(float(self.ceiling), self.window + 1.0 / self.window)
+                self._answered.append(now)
+                while self._answered[0] < now - MEASURE:
+                    self._answered.popleft()
                 self._learn_pace(headers)
             self._cond.notify()
 
@@ -119,8 +131,14 @@ class AdaptiveLimiter:
             self.epoch += 1
             self.counts["decreases"] += 1
             self.window = max(1.0, self.window * DECREASE)
-            if self.pace:
-                self.pace *= PACE_DECREASE
+            # Pace below what got through: a request-rate cap is not found by the window alone
+            # (an endpoint that answers in milliseconds takes hundreds a second from one thread).
+            # No clean answer yet (a first burst, all in flight): a sub-second Retry-After is the time
+            # to the cap's next token, so about one over the cap's rate; else the next round trip sets it.
+            measured = len(self._answered) / MEASURE or (1.0 / pause if pause < 1.0 else 0.0)
+            if self.pace or measured:
+                self.pace = max(1.0 / MAX_PAUSE, PACE_DECREASE * (self.pace or measured))
+                self.pace_step = (1 - PACE_DECREASE) * self.pace / PACE_RECOVERY
             if now - self._logged >= LOG_EVERY:
                 self._logged = now
                 log.warning("the model endpoint throttles (%d): the run slows to %d request(s) in flight%s, "
@@ -129,10 +147,14 @@ class AdaptiveLimiter:
 
     def _learn_pace(self, headers: Mapping[str, str]) -> None:
         limit = _int(headers, "x-ratelimit-limit-requests")
-        if not limit or limit <= 0:
-            return
-        cap = limit / 60.0 * PACE_SHARE
-        self.pace = cap if self.pace is None else min(cap, self.pace + cap / 100)
+        if limit and limit > 0:
+            self.pace_cap = limit / 60.0 * PACE_SHARE
+            if self.pace is None:
+                self.pace, self.pace_step = self.pace_cap, self.pace_cap / PACE_RECOVERY / 10
+        if self.pace is not None:
+            self.pace += self.pace_step
+            if self.pace_cap:
+                self.pace = min(self.pace, self.pace_cap)
 
     def snapshot(self) -> dict[str, Any]:
         with self._cond:
