@@ -96,12 +96,13 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "hermes-mock-llm/1"
     timeout = 120                   # idle keep-alive connections are dropped after this
     disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
+    _extra_headers: dict[str, str] = {}  # rate-limit headers of the request being answered (never mutated)
     server: _Server
 
     # ----- routing
 
     def do_GET(self) -> None:
-        self._extra_headers: dict[str, str] = {}  # the handler lives as long as its connection
+        self._extra_headers = {}  # the handler lives as long as its connection
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
             self._send_json(200, {"status": "ok"})
