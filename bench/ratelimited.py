@@ -72,7 +72,7 @@ def section(w: dict[str, Any]) -> str:
              f"no containers; the model server (`python -m bench.mockserver ... --rpm {s['rpm']:g} --error-rate "
              f"{s['error_rate']:g} --error-status 500`) allows {s['rpm']:g} requests a minute "
              f"({s['rpm'] / 60:g}/s, so {s['rpm'] / 60 / s['turns']:.2f} prompts/s) and answers 500 to "
-             f"{s['error_rate']:.0%} of the rest. Busy cores of others just before: {w.get('other_load_before')}.\n",
+             f"{s['error_rate']:.0%} of the rest. Busy cores of others just before: {float(w.get('other_load_before') or 0):.2f}.\n",
              "| system | rc | wall s | first→last request s | ok requests/s | share of the cap | requests | 429 | "
              "share 429 | injected 500 | prompts done | prompts retried (why) | targets |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
