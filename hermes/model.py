@@ -8,7 +8,9 @@ all threads that use the client, so a rate-limited endpoint slows the whole run 
 """
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -57,6 +59,8 @@ class Reply:
     finish_reason: str | None = None
 
 
+SHARD = 32  # threads per SDK client (connection pool), see ModelClient
+
 #: receives ("content" | "reasoning", text) for each streamed delta
 DeltaCallback = Callable[[str, str], None]
 
@@ -70,9 +74,24 @@ class ModelClient:
         self.extra_body = extra_body(settings)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
-        self.client = openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
-                                    max_retries=settings.max_retries if max_retries is None else max_retries,
-                                    timeout=timeout, http_client=LimitedHttpClient(self.limiter, timeout=timeout))
+        # One SDK client (one connection pool) per SHARD threads: the pool's lock is held while it
+        # scans all its connections, so hundreds of threads on one pool spend most of their CPU
+        # there (a profile of 512 workers: ~60% of a prompt thread's samples). All share the limiter.
+        self._clients = [
+            openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
+                          max_retries=settings.max_retries if max_retries is None else max_retries,
+                          timeout=timeout, http_client=LimitedHttpClient(self.limiter, timeout=timeout))
+            for _ in range(max(1, -(-ceiling // SHARD)))]
+        self.client = self._clients[0]
+        self._local = threading.local()
+        self._next_shard = itertools.count()
+
+    def _client(self) -> openai.OpenAI:
+        """This thread's SDK client: threads are spread over the shards in turn, once."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._clients[next(self._next_shard) % len(self._clients)]
+        return client
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
@@ -93,7 +112,7 @@ class ModelClient:
         extra = request.pop("extra_body", {})
         body = {**request, **extra}  # as the SDK merges extra_body: its keys win
         try:
-            resp = self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+            resp = self._client().post("/chat/completions", body=body, cast_to=httpx.Response)
             data = resp.json()
         except openai.APIStatusError as e:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
@@ -112,7 +131,7 @@ class ModelClient:
         """
         state = ChatCompletionStreamState()
         try:
-            stream = self.client.chat.completions.create(**self._request(messages, tools), stream=True,
+            stream = self._client().chat.completions.create(**self._request(messages, tools), stream=True,
                                                          stream_options={"include_usage": True})
             with stream:
                 for chunk in stream:
@@ -129,7 +148,8 @@ class ModelClient:
         return _reply_of_dict(resp.model_dump(exclude_none=True))
 
     def close(self) -> None:
-        self.client.close()
+        for client in self._clients:
+            client.close()
 
 
 def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:
