@@ -49,7 +49,8 @@ def _key(i: int) -> str:
 
 def _template_entry(status: str) -> str:
     """One journal line with placeholders @@IDX@@, @@KEY@@, @@TOK@@, @@PROMPT@@ (JSON-safe)."""
-    from hermes.runner import ALL_TOOL_NAMES
+    from hermes.tools import all_tool_names
+    ALL_TOOL_NAMES = all_tool_names()
     from hermes.stats import entry_tool_stats, hallucinated_tools, reasoning_counts
     from hermes.tools import openai_schemas, tools_for
     from hermes.trajectory import to_sharegpt

@@ -23,17 +23,19 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from hermes.sandbox.base import SandboxSettings, SandboxSpec
-from hermes.sandbox import docker as backend
+from hermes.sandbox import SandboxSettings, SandboxSpec, get_backend
+from hermes.sandbox.docker.engine import get_client
+
+backend = get_backend(SandboxSettings())  # the docker backend: the default settings'
 
 RUN = f"bench-ops-{uuid.uuid4().hex[:6]}"
 
 
 def prompt_like(image: str, channel: bool) -> float:
     started = time.monotonic()
-    sb = backend.DockerSandbox(SandboxSpec(image=image, run_id=RUN, prompt_id="ops"), SandboxSettings())
+    sb = backend.open(SandboxSpec(image=image, run_id=RUN, prompt_id="ops"))
     if not channel:
-        sb._chan_usable = False  # every call gets an exec of its own, as before the channel
+        sb._link.usable = False  # every call gets an exec of its own, as before the channel
     sb.write_file("notes/todo.txt", b"token 42\n")
     sb.exec("cat notes/todo.txt; hostname")
     sb.read_file("notes/todo.txt")
@@ -43,7 +45,7 @@ def prompt_like(image: str, channel: bool) -> float:
 
 def bare(image: str) -> float:
     started = time.monotonic()
-    api = backend.get_client().api
+    api = get_client().api
     c = api.create_container(image, command=["sleep", "600"], labels={"hermes-batch.run": RUN},
                              host_config=api.create_host_config(network_mode="none"))
     api.start(c["Id"])
@@ -57,7 +59,7 @@ def round_of(fn, n: int, concurrency: int) -> tuple[list[float], float]:
     started = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
         held = list(pool.map(lambda _: fn(), range(n)))
-    backend.drain_removals(300)  # throughput counts the removals, wherever they ran
+    backend.drain(300)  # throughput counts the removals, wherever they ran
     return held, time.monotonic() - started
 
 

@@ -67,10 +67,37 @@ def _add_model_flags(p: argparse.ArgumentParser, model: type, prefix: str = "", 
             p.add_argument(flag, default=None, help=help_)
 
 
+def _add_toolset_flags(p: argparse.ArgumentParser) -> None:
+    """--<toolset>_<field> for every registered toolset's settings (e.g. --web_allow_hosts)."""
+    from hermes.tools import toolsets
+
+    for ts in toolsets().values():
+        if ts.settings is not None:
+            _add_model_flags(p, ts.settings, prefix=f"{ts.prefix}_")
+
+
+def _toolset_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from hermes.tools import toolsets
+
+    given = vars(args)
+    return {ts.name: {name: given[f"{ts.prefix}_{name}"] for name in ts.settings.model_fields
+                      if given.get(f"{ts.prefix}_{name}") is not None}
+            for ts in toolsets().values() if ts.settings is not None}
+
+
+def describe_distributions(args: argparse.Namespace) -> str:
+    """The distributions table, saying which toolsets are available with these settings."""
+    from hermes.settings import ToolsetSettings
+    from hermes.tools import availability, env_secret
+
+    return distributions.describe(availability(ToolsetSettings(**_toolset_values(args)), env_secret))
+
+
 def run_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run a tool-using agent over every prompt of a JSONL dataset.")
-    _add_model_flags(p, RunSettings, skip=("sandbox",))
+    _add_model_flags(p, RunSettings, skip=("sandbox", "tools"))
     _add_model_flags(p, SandboxSettings, prefix="sandbox_")
+    _add_toolset_flags(p)
     p.add_argument("--api_key", default=None, help="API key (else HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY)")
     p.add_argument("--list_distributions", action="store_true", help="print the toolset distributions and exit")
     p.add_argument("--engine", choices=ENGINES, default=os.environ.get("HERMES_ENGINE") or "prefect",
@@ -91,6 +118,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         elif k in RunSettings.model_fields:
             values[k] = v
     values["sandbox"] = SandboxSettings(**sandbox)
+    values["tools"] = _toolset_values(args)
     return RunSettings(**values)
 
 
@@ -107,7 +135,7 @@ def _setup_logging(verbose: bool, engine: str) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     if args.list_distributions:
-        print(distributions.describe())
+        print(describe_distributions(args))
         return 0
     try:
         settings = settings_from_args(args)
@@ -196,8 +224,9 @@ def chat_main(argv: Sequence[str]) -> int:
 
     p = argparse.ArgumentParser(prog="hermes-batch chat", description="Run the agent once on one prompt.")
     p.add_argument("prompt")
-    _add_model_flags(p, AgentSettings, skip=("sandbox",))
+    _add_model_flags(p, AgentSettings, skip=("sandbox", "tools"))
     _add_model_flags(p, SandboxSettings, prefix="sandbox_")
+    _add_toolset_flags(p)
     p.add_argument("--api_key", default=None)
     p.add_argument("--toolsets", default="terminal,file", help="comma list of toolsets to offer")
     p.add_argument("--image", default=None, help="sandbox image (default: the sandbox setting)")
@@ -210,7 +239,7 @@ def chat_main(argv: Sequence[str]) -> int:
         config = chat.load_config(Path(a.config) if a.config else None)
         values = {k: v for k, v in vars(a).items() if v is not None and k in AgentSettings.model_fields}
         sandbox = {k.removeprefix("sandbox_"): v for k, v in vars(a).items() if k.startswith("sandbox_") and v is not None}
-        settings = AgentSettings(**values, sandbox=SandboxSettings(**sandbox))
+        settings = AgentSettings(**values, sandbox=SandboxSettings(**sandbox), tools=_toolset_values(a))
     except (ValidationError, ValueError, FileNotFoundError) as e:
         print(f"error: {_validation_text(e) if isinstance(e, ValidationError) else e}", file=sys.stderr)
         return 2
@@ -251,7 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "run":
         return run_from_args(run_parser("hermes-batch run").parse_args(rest))
     if command == "list-distributions":
-        print(distributions.describe())
+        p = argparse.ArgumentParser(prog="hermes-batch list-distributions",
+                                    description="The toolset distributions, and which toolsets can run here.")
+        _add_toolset_flags(p)
+        print(describe_distributions(p.parse_args(rest)))
         return 0
     if command == "merge":
         p = argparse.ArgumentParser(prog="hermes-batch merge")

@@ -9,6 +9,8 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
+from hermes.sandbox import SandboxSettings, backend_names, get_backend
+
 DEMO_DATASET = Path(__file__).resolve().parent.parent / "deployments" / "demo" / "prompts.jsonl"
 
 
@@ -18,15 +20,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--run_name", default=None, help="default: demo-<timestamp>")
     p.add_argument("--num_workers", default="4")
     p.add_argument("--batch_size", default="5")
-    p.add_argument("--sandbox_backend", default="docker", choices=["docker", "local"])
+    p.add_argument("--sandbox_backend", default="docker", choices=backend_names())
     a = p.parse_args(argv)
 
     from flows.cli import run_from_args, run_parser
     from mockllm import MockLLM
 
-    if a.sandbox_backend == "docker":
-        from hermes.sandbox.image import ensure_default_image
-        print(f"sandbox image: {ensure_default_image()}")
+    image = get_backend(SandboxSettings(backend=a.sandbox_backend)).ensure_default_image()
+    if image:  # a backend with images of its own built it if it was missing
+        print(f"sandbox image: {image}")
     run_name = a.run_name or datetime.now().strftime("demo-%Y%m%d-%H%M%S")
     with MockLLM() as server:
         print(f"bundled model server: {server.base_url}")

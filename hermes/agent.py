@@ -10,17 +10,22 @@ or a tool call, never in the middle of one.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hermes.model import ModelClient, ModelError
 from hermes.sandbox.base import Sandbox
-from hermes.tools import run_tool
+from hermes.tools import ToolContext, get_tool, run_tool
 from hermes.tools._common import error as tool_error
 
 log = logging.getLogger(__name__)
+
+#: most tool calls of one assistant turn running at once (models ask for several in parallel)
+MAX_PARALLEL_TOOLS = 4
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a capable assistant with tools. Commands and file operations run in a private "
@@ -60,7 +65,7 @@ def run_agent(
     client: ModelClient,
     prompt: str | list[dict[str, Any]],
     tools: list[dict[str, Any]],
-    sandbox: Sandbox,
+    tool_ctx: ToolContext | Sandbox,
     *,
     max_turns: int,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
@@ -68,9 +73,12 @@ def run_agent(
     on_tool: Callable[[str, str], None] | None = None,
     events: AgentEvents | None = None,
     cancel: threading.Event | None = None,
+    max_parallel_tools: int = MAX_PARALLEL_TOOLS,
 ) -> AgentRun:
     """Run the loop on `prompt`, a user message or a whole conversation (chat messages without
-    the system prompt). The returned messages are that conversation plus what the run added."""
+    the system prompt). The returned messages are that conversation plus what the run added.
+
+    `tool_ctx` is what tool calls run with: the prompt's ToolContext (or just its sandbox)."""
     head: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     head += list(prefill or [])
     start = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -100,24 +108,59 @@ def run_agent(
         if not calls:
             run.completed = True
             return run
-        for call in calls:
-            name, arguments = call["function"]["name"], call["function"]["arguments"]
-            if stopped():
-                run.cancelled = True
-                result = CANCELLED_RESULT
-            else:
-                if on_tool:
-                    on_tool(name, arguments)
-                if ev.on_tool_start:
-                    ev.on_tool_start(call)
-                result = run_tool(name, arguments, sandbox)
-                if ev.on_tool_end:
-                    ev.on_tool_end(call, result)
-            run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": result})
+        results = _run_calls(calls, tool_ctx, stopped, on_tool, ev, max_parallel_tools)
+        run.cancelled = run.cancelled or any(r is CANCELLED_RESULT for r in results)
+        for call, result in zip(calls, results):
+            run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
+                                 "content": result})
         if run.cancelled:
             return run
     run.partial = True
     return run
+
+
+def _run_calls(calls: list[dict[str, Any]], tool_ctx: Any, stopped: Callable[[], bool],
+               on_tool: Callable[[str, str], None] | None, ev: AgentEvents, max_parallel: int) -> list[str]:
+    """Run one turn's tool calls; results in call order. Calls run concurrently (at most
+    `max_parallel` at once) in groups split at each tool that must run alone."""
+    results: list[str | None] = [None] * len(calls)
+
+    def one(i: int) -> None:
+        call = calls[i]
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        if stopped():
+            results[i] = CANCELLED_RESULT
+            return
+        if on_tool:
+            on_tool(name, arguments)
+        if ev.on_tool_start:
+            ev.on_tool_start(call)
+        results[i] = run_tool(name, arguments, tool_ctx, call_id=str(call.get("id") or ""))
+        if ev.on_tool_end:
+            ev.on_tool_end(call, results[i])
+
+    for group in _groups(calls):
+        if len(group) == 1 or max_parallel <= 1:
+            for i in group:
+                one(i)
+            continue
+        # Each call runs in a copy of this thread's context, so logs still reach the prompt's run.
+        with ThreadPoolExecutor(max_workers=min(max_parallel, len(group)), thread_name_prefix="tool") as pool:
+            for f in [pool.submit(contextvars.copy_context().run, one, i) for i in group]:
+                f.result()
+    return [r if r is not None else CANCELLED_RESULT for r in results]
+
+
+def _groups(calls: list[dict[str, Any]]) -> list[list[int]]:
+    """Indices of calls that may run together: a tool marked exclusive forms a group of its own."""
+    groups: list[list[int]] = [[]]
+    for i, call in enumerate(calls):
+        tool = get_tool(call["function"]["name"])
+        if tool is not None and tool.exclusive:
+            groups += [[i], []]
+        else:
+            groups[-1].append(i)
+    return [g for g in groups if g]
 
 
 def compose_system_prompt(ephemeral: str | None) -> str:

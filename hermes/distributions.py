@@ -37,21 +37,39 @@ class DistributionError(ValueError):
     pass
 
 
-def usable(name: str, available: set[str]) -> dict[str, int]:
-    """The distribution restricted to toolsets that have a backend here; says what it leaves out."""
+def register(name: str, dist: dict[str, int]) -> None:
+    """Add a distribution (a toolset module of the user's own may add one that draws it)."""
+    if name in DISTRIBUTIONS:
+        raise DistributionError(f"distribution '{name}' already exists")
+    bad = {t: p for t, p in dist.items() if not (isinstance(p, int) and 0 <= p <= 100)}
+    if not dist or bad:
+        raise DistributionError(f"distribution '{name}': probabilities must be integer percents 0-100, got {bad or dist}")
+    DISTRIBUTIONS[name] = dict(dist)
+
+
+def usable(name: str, available: set[str] | dict[str, str | None]) -> dict[str, int]:
+    """The distribution restricted to toolsets that can run here; says what it leaves out and why.
+
+    `available`: the toolsets that can run, or toolset -> None (can run) / the reason it cannot."""
     if name not in DISTRIBUTIONS:
         raise DistributionError(f"unknown distribution '{name}'; choose one of: {', '.join(DISTRIBUTIONS)}")
+    reasons = available if isinstance(available, dict) else {t: None for t in available}
+    ok = {t for t, why in reasons.items() if why is None}
     dist = DISTRIBUTIONS[name]
-    missing = sorted(t for t in dist if t not in available)
-    kept = {t: p for t, p in dist.items() if t in available}
+    missing = [t for t in dist if t not in ok]
+    kept = {t: p for t, p in dist.items() if t in ok}
+
+    def why(t: str) -> str:
+        return f"{t} ({reasons.get(t) or 'no such toolset in this installation'})"
+
     if not kept:
         raise DistributionError(
-            f"distribution '{name}' draws only toolsets with no configured backend here ({', '.join(missing)}); "
-            f"available toolsets: {', '.join(sorted(available))}"
+            f"distribution '{name}' draws only toolsets that cannot run here: {'; '.join(map(why, missing))}. "
+            f"Available toolsets: {', '.join(sorted(ok)) or 'none'}"
         )
     if missing:
-        log.warning("distribution '%s': toolsets %s have no configured backend and are left out of sampling",
-                    name, ", ".join(missing))
+        log.warning("distribution '%s': toolsets %s are not available here and are left out of sampling: %s",
+                    name, ", ".join(sorted(missing)), "; ".join(map(why, missing)))
     return kept
 
 
@@ -69,11 +87,29 @@ def _uniform(seed: int, key: str, toolset: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def describe() -> str:
-    """The distributions as a table, for --list_distributions."""
-    toolsets = ["web", "vision", "image_gen", "terminal", "file", "browser"]
+def toolset_columns(registered: list[str] | None = None) -> list[str]:
+    """Every toolset a distribution names, in first-seen order, then registered ones no distribution names."""
+    names: list[str] = []
+    for dist in DISTRIBUTIONS.values():
+        names += [t for t in dist if t not in names]
+    return names + [t for t in registered or [] if t not in names]
+
+
+def describe(available: dict[str, str | None] | None = None) -> str:
+    """The distributions as a table, for --list_distributions; with `available` (toolset -> None
+    or the reason it cannot run here, from hermes.tools.registry.availability) it says which
+    toolsets this machine can run, and why not the others."""
+    toolsets = toolset_columns(list(available or {}))
     width = max(map(len, DISTRIBUTIONS)) + 2
-    lines = ["distribution".ljust(width) + "".join(t.rjust(10) for t in toolsets)]
+    col = max(10, *(len(t) + 2 for t in toolsets))
+    lines = ["distribution".ljust(width) + "".join(t.rjust(col) for t in toolsets)]
     for name, dist in DISTRIBUTIONS.items():
-        lines.append(name.ljust(width) + "".join((f"{dist[t]}%" if t in dist else "-").rjust(10) for t in toolsets))
+        lines.append(name.ljust(width) + "".join((f"{dist[t]}%" if t in dist else "-").rjust(col) for t in toolsets))
+    if available is not None:
+        here = [t for t in toolsets if t in available and available[t] is None]
+        lines += ["", "available here: " + (", ".join(here) or "none")]
+        for t in toolsets:
+            reason = available.get(t, "no such toolset in this installation")
+            if reason:
+                lines.append(f"not available: {t}: {reason}")
     return "\n".join(lines)

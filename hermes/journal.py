@@ -43,7 +43,7 @@ def append(path: Path, entry: dict[str, Any]) -> None:
     Group commit: prompts finishing together share one fsync. Whoever syncs first covers
     every line written before its fsync began; the others find theirs covered and return.
     """
-    data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    data = encode(entry)
     state = _state_for(path)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -58,6 +58,12 @@ def append(path: Path, entry: dict[str, Any]) -> None:
                 state.synced = covered
     finally:
         os.close(fd)
+
+
+def encode(entry: dict[str, Any]) -> bytes:
+    """One journal line: the entry's keys in its own order (hermes.entry.JournalEntry.record()
+    keeps the order hermes.run_index slices lines by), UTF-8 as is, one newline."""
+    return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _write_all(fd: int, data: bytes) -> None:

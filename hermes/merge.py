@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from hermes import journal, rundir
+from hermes.entry import KEPT, Status
 from hermes.failures import group
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
 from hermes.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
-
-KEPT = ("completed", "partial")
 
 
 def merge(run_path: Path) -> dict[str, Any]:
@@ -64,6 +63,8 @@ def merge(run_path: Path) -> dict[str, Any]:
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
         "api_calls": totals["api_calls"],
         "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
+        "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(totals["aux_usage"].items())},
     }
     journal.write_atomic(run_path / "statistics.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
@@ -81,6 +82,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
     """Write each key's winning line without its hermes block; sum what statistics.json needs."""
     counts: Counter = Counter()
     usage: Counter = Counter()
+    aux_usage: dict[str, Counter] = {}
     tools: dict[str, dict] = {}
     reasoning: dict[str, int] = {}
     api_calls = 0
@@ -96,6 +98,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
             # Every attempt counts towards calls and tokens, failed and duplicate ones too.
             api_calls += tail.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+            add_aux_usage(aux_usage, meta.get("aux_usage"))
             if not wins[line >> 3] & (1 << (line & 7)):
                 continue
             status = meta.get("status")
@@ -108,7 +111,16 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
                 add_tool_stats(tools, tail.get("tool_stats"))
                 add_reasoning(reasoning, meta.get("reasoning"))
                 out.write(head if head is not None else _without_hermes(tail))
-    return {"counts": counts, "usage": usage, "tools": tools, "reasoning": reasoning, "api_calls": api_calls}
+    return {"counts": counts, "usage": usage, "aux_usage": aux_usage, "tools": tools, "reasoning": reasoning,
+            "api_calls": api_calls}
+
+
+def add_aux_usage(totals: dict[str, Counter], aux: Any) -> None:
+    """Add one entry's hermes.aux_usage ({kind: {"calls", token counts...}}) into running totals."""
+    for kind, counts in (aux or {}).items() if isinstance(aux, dict) else ():
+        if isinstance(counts, dict):
+            totals.setdefault(str(kind), Counter()).update(
+                {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)})
 
 
 def _without_hermes(entry: dict[str, Any]) -> bytes:
@@ -139,7 +151,7 @@ def failed_prompts(run_path: Path, limit: int = 500) -> list[dict[str, Any]]:  #
         for entry in journal.read(path):
             meta = entry.get("hermes") or {}
             key = meta.get("key")
-            if meta.get("status") == "failed":
+            if meta.get("status") == Status.FAILED:
                 last_failed[key] = entry
             else:
                 succeeded.add(key)

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+from hermes.entry import HermesBlock, Status
 from hermes.failures import classify
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,12 @@ class RetryPolicy:
             retries = min(retries, settings.max_attempts - 1)
         return cls(retries=retries)
 
-    def delay(self, entry: dict[str, Any], attempt: int) -> float | None:
-        """Seconds until `entry`'s prompt is tried again (attempt: 1 for the first try), or None."""
-        meta = entry.get("hermes") or {}
-        if meta.get("status") != "failed" or attempt > self.retries:
+    def delay(self, outcome: HermesBlock, attempt: int) -> float | None:
+        """Seconds until the prompt with this outcome is tried again (attempt: 1 for the first
+        try), or None."""
+        if outcome.status != Status.FAILED or attempt > self.retries:
             return None
-        if not classify(meta.get("error")).transient:
+        if not classify(outcome.error).transient:
             return None
         # "Equal jitter": prompts that failed together do not come back together.
         top = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))

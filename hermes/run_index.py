@@ -18,8 +18,11 @@ import duckdb
 from pydantic_core import from_json
 
 from hermes import journal
+from hermes.entry import TAIL_KEYS, Status
 
 log = logging.getLogger(__name__)
+#: the statuses as SQL literals (hermes.entry.Status is the one list of them)
+_FAILED, _DISCARDED = f"'{Status.FAILED}'", f"'{Status.DISCARDED}'"
 
 LAYOUT = 2  # bump when the tables change: an index of another layout is rebuilt from the journal
 SCHEMA = """
@@ -45,8 +48,12 @@ class IndexBusy(RuntimeError):
 
 # --------------------------------------------------------------------------- journal lines
 
-_HERMES = b', "hermes": {'
-_TAIL = b', "api_calls": '
+# The byte-slicing contract with the entry's key order (hermes/entry.py: JournalEntry and
+# TAIL_KEYS, written by hermes.journal.encode): a runner's line ends with the keys TAIL_KEYS, in
+# that order, `hermes` (an object) last. Cut at _HERMES, a line is its trajectory; from _TAIL on,
+# it is the small tail the index decodes. tests/test_entry.py fails if the model breaks it.
+_HERMES = f', "{TAIL_KEYS[-1]}": {{'.encode()
+_TAIL = f', "{TAIL_KEYS[0]}": '.encode()
 
 
 def journal_lines(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
@@ -67,7 +74,7 @@ def split_entry(raw: bytes) -> tuple[bytes | None, dict] | None:
     """(the line without its `hermes` block, the entry's last fields), decoding as little as possible.
 
     The runner writes `api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts` and then
-    `hermes` as an entry's last keys: such a line is decoded from `, "api_calls": ` on (a tenth
+    `hermes` as an entry's last keys (hermes.entry.TAIL_KEYS, the contract above _HERMES): such a line is decoded from `, "api_calls": ` on (a tenth
     of a 9 KB trajectory) and the line without `hermes` is the line cut at `, "hermes": {`,
     never re-encoded. Any other line is decoded whole: then the head is None and the tail is
     the whole entry. None: the line is not a JSON object (skipped, as by hermes.journal.read).
@@ -208,15 +215,15 @@ class RunIndex:
 
     def done_keys(self, batch_num: int | None = None) -> set[str]:
         """Keys with a successful outcome (in one batch, or in all); failed prompts are owed again."""
-        where = "status <> 'failed' AND key IS NOT NULL" + ("" if batch_num is None else " AND batch_num = ?")
+        where = f"status <> {_FAILED} AND key IS NOT NULL" + ("" if batch_num is None else " AND batch_num = ?")
         params = [] if batch_num is None else [batch_num]
         return {k for (k,) in self.con.execute(f"SELECT DISTINCT key FROM outcomes WHERE {where}", params).fetchall()}
 
     def failed_attempts(self) -> dict[str, int]:
         """Failed attempts of each prompt that has not succeeded yet."""
         return dict(self.con.execute(
-            """SELECT key, count(*) FROM outcomes WHERE key IS NOT NULL GROUP BY key
-               HAVING count(*) FILTER (WHERE status <> 'failed') = 0""").fetchall())
+            f"""SELECT key, count(*) FROM outcomes WHERE key IS NOT NULL GROUP BY key
+                HAVING count(*) FILTER (WHERE status <> {_FAILED}) = 0""").fetchall())
 
     def load_dataset(self, dataset) -> None:
         """Put the dataset's content keys beside the journal, so planning is a join (see load_dataset)."""
@@ -238,8 +245,8 @@ class RunIndex:
     def completed_json(self) -> str:
         """The dataset indices of the rows done, as one compact JSON array (checkpoint.json)."""
         return self.con.execute(
-            """SELECT coalesce(to_json(list(idx ORDER BY idx)), '[]')::VARCHAR FROM dataset
-               WHERE key IN (SELECT key FROM outcomes WHERE status <> 'failed')""").fetchone()[0]
+            f"""SELECT coalesce(to_json(list(idx ORDER BY idx)), '[]')::VARCHAR FROM dataset
+                WHERE key IN (SELECT key FROM outcomes WHERE status <> {_FAILED})""").fetchone()[0]
 
     def next_batch_num(self) -> int:
         nums = [n for n, _ in journal.batch_files(self.run_dir)]
@@ -247,9 +254,9 @@ class RunIndex:
 
     def batch_stats(self) -> dict[str, dict[str, int]]:
         rows = self.con.execute(
-            """SELECT batch_num, count(*),
-                      count(*) FILTER (WHERE status = 'failed'),
-                      count(*) FILTER (WHERE status = 'discarded')
+            f"""SELECT batch_num, count(*),
+                      count(*) FILTER (WHERE status = {_FAILED}),
+                      count(*) FILTER (WHERE status = {_DISCARDED})
                FROM outcomes WHERE key IS NOT NULL GROUP BY batch_num ORDER BY batch_num"""
         ).fetchall()
         return {str(b): {"processed": n, "skipped": f, "discarded_no_reasoning": d} for b, n, f, d in rows}
@@ -272,7 +279,7 @@ class RunIndex:
             "SELECT batch_num, max(line) + 1 FROM outcomes GROUP BY batch_num").fetchall()}
         cur = self.con.cursor()
         try:
-            self._execute(cur, f"SELECT min({_POS}) FROM outcomes WHERE status IS DISTINCT FROM 'failed' GROUP BY key")
+            self._execute(cur, f"SELECT min({_POS}) FROM outcomes WHERE status IS DISTINCT FROM {_FAILED} GROUP BY key")
             while chunk := cur.fetchmany(10_000):
                 for (pos,) in chunk:
                     line = pos & 0xFFFFFFFF
@@ -292,10 +299,10 @@ class RunIndex:
         return [e for (e,) in self._execute(self.con, f"""
             WITH failed AS (
                 SELECT key, min({_POS}) AS first, arg_max(error, {_POS}) AS last_error
-                FROM outcomes WHERE status = 'failed' GROUP BY key)
+                FROM outcomes WHERE status = {_FAILED} GROUP BY key)
             SELECT last_error FROM failed f
             WHERE NOT EXISTS (SELECT 1 FROM outcomes o
-                              WHERE o.key IS NOT DISTINCT FROM f.key AND o.status IS DISTINCT FROM 'failed')
+                              WHERE o.key IS NOT DISTINCT FROM f.key AND o.status IS DISTINCT FROM {_FAILED})
             ORDER BY first""").fetchall()]
 
     def retried_attempts(self) -> list[tuple[str, str | None, bool]]:
@@ -306,9 +313,9 @@ class RunIndex:
                 SELECT key, status, error, {_POS} AS pos,
                        count(*) OVER (PARTITION BY key ORDER BY {_POS}
                                       ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later,
-                       count(*) FILTER (WHERE status IS DISTINCT FROM 'failed') OVER (PARTITION BY key) AS ok
+                       count(*) FILTER (WHERE status IS DISTINCT FROM {_FAILED}) OVER (PARTITION BY key) AS ok
                 FROM outcomes WHERE key IS NOT NULL)
-            SELECT key, error, ok > 0 FROM a WHERE status = 'failed' AND later > 0 ORDER BY pos""").fetchall()
+            SELECT key, error, ok > 0 FROM a WHERE status = {_FAILED} AND later > 0 ORDER BY pos""").fetchall()
 
     def _execute(self, cur, sql: str):
         try:
@@ -324,8 +331,8 @@ class RunIndex:
 
 
 _POS = "(batch_num::BIGINT << 32 | line)"  # a line's place in the journal, as one number
-_TRIED = """WITH tried AS (SELECT key, count(*) FILTER (WHERE status <> 'failed') AS ok, count(*) AS attempts
-                           FROM outcomes WHERE key IS NOT NULL GROUP BY key) """
+_TRIED = f"""WITH tried AS (SELECT key, count(*) FILTER (WHERE status <> {_FAILED}) AS ok, count(*) AS attempts
+                            FROM outcomes WHERE key IS NOT NULL GROUP BY key) """
 
 
 def _columns() -> dict[str, list]:

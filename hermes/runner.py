@@ -15,22 +15,21 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes import distributions, journal
-from hermes.agent import compose_system_prompt, run_agent
+from hermes.agent import compose_system_prompt
+from hermes.conversation import converse, tool_context
 from hermes.dataset import Row
+from hermes.entry import HermesBlock, JournalEntry, Status
 from hermes.model import ModelClient
 from hermes.requeue import RequeueingPool, RetryPolicy
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import SandboxError, SandboxSpec
-from hermes.sandbox.docker import ensure_image
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
-from hermes.tools import TOOLS, TOOLSETS, openai_schemas, tools_for
+from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
+                          openai_schemas, tools_for)
 from hermes.trajectory import to_sharegpt
 
 log = logging.getLogger(__name__)
-ALL_TOOL_NAMES = sorted(TOOLS)
 
 
 @dataclass
@@ -42,17 +41,37 @@ class RunContext:
     run_dir: Path
     client: ModelClient
     distribution: dict[str, int]
+    backend: SandboxBackend  # settings.sandbox's backend, from the registry
     prefill: list[dict[str, Any]] = field(default_factory=list)
     limiter: threading.Semaphore | None = None
     on_prompt_done: Callable[[dict[str, Any]], None] | None = None
+    #: what tools share across the run's prompts (HTTP clients, a browser); closed with the run
+    shared: SharedResources = field(default_factory=SharedResources)
+    secret: Callable[[str], str | None] = env_secret
 
     @classmethod
-    def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None, **kw) -> "RunContext":
+    def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
+               secret: Callable[[str], str | None] = env_secret, **kw) -> "RunContext":
         prefill = load_prefill(settings.prefill_messages_file)
-        dist = distributions.usable(settings.distribution, set(TOOLSETS))
+        dist = distributions.usable(settings.distribution, availability(settings.tools, secret))
         run_dir = Path(settings.output_dir) / settings.run_name
-        return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=ModelClient(settings, api_key),
-                   distribution=dist, prefill=prefill, **kw)
+        client = ModelClient(settings, api_key)
+        return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
+                   backend=get_backend(settings.sandbox), prefill=prefill, secret=secret, **kw)
+
+    @property
+    def uses_sandbox(self) -> bool:
+        """Can any prompt of this run be given a tool that runs in the sandbox?"""
+        return needs_sandbox(tools_for(self.distribution))
+
+    def tool_context(self, key: str) -> ToolContext:
+        """One prompt's view of the run for its tool calls (the conversation adds the sandbox)."""
+        return tool_context(self.settings, api_key=self.client.client.api_key, shared=self.shared,
+                            secret=self.secret, run_dir=self.run_dir, key=key)
+
+    def close(self) -> None:
+        self.shared.close()
+        self.client.close()
 
 
 def load_prefill(path: str | None) -> list[dict[str, Any]]:
@@ -67,12 +86,13 @@ def load_prefill(path: str | None) -> list[dict[str, Any]]:
     return data
 
 
-def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
+def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     """Run one prompt to an entry: the reference's trajectory fields plus a `hermes` block."""
     s = ctx.settings
     started = time.monotonic()
     toolsets = distributions.sample(ctx.distribution, s.seed, row.key)
-    tools = openai_schemas(tools_for(toolsets))
+    offered = tools_for(toolsets)
+    tools = openai_schemas(offered)
     image = row.row.container_image or s.sandbox.image
     spec = SandboxSpec(image=image, cwd=row.row.cwd,
                        labels={"hermes-batch.run": ctx.run_id, "hermes-batch.prompt": str(row.index)})
@@ -80,54 +100,58 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
     run = None
-    box = None
+    wait = None
+    done = None
     try:
         raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
-        if s.sandbox.backend == "docker":
-            ensure_image(image, s.sandbox.pull_timeout)
-        # Prefetch: the container starts while the first model call is out, unless no tool could use it.
-        box = LazySandbox(lambda: open_sandbox(spec, s.sandbox), s.sandbox.command_timeout,
-                          prefetch=s.sandbox.prefetch and bool(tools), remove_in_background=True)
-        with box as sandbox:
-            run = run_agent(ctx.client, row.row.prompt, tools, sandbox, max_turns=s.max_turns,
-                            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill)
+        # Prefetch: the container starts while the first model call is out, unless no tool could use it
+        # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
+        done = converse(ctx.client, row.row.prompt, offered, spec, ctx.backend, context=ctx.tool_context(row.key),
+                        max_turns=s.max_turns, system_prompt=compose_system_prompt(s.ephemeral_system_prompt),
+                        prefill=ctx.prefill, prefetch=s.sandbox.prefetch, remove_in_background=True,
+                        image_first=True)
+        run, wait = done.run, done.sandbox_wait
         error = run.error
     except SandboxError as e:
+        wait = getattr(e, "sandbox_wait", None)
         error = str(e)
     except Exception as e:  # one prompt's failure must never stop the run
+        wait = getattr(e, "sandbox_wait", None)
         log.exception("prompt %d failed", row.index)
         error = f"{type(e).__name__}: {e}"
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
-    tool_stats, tool_error_counts = entry_tool_stats(messages, ALL_TOOL_NAMES)
+    all_tools = all_tool_names()
+    tool_stats, tool_error_counts = entry_tool_stats(messages, all_tools)
     if error:
-        status = "failed"
+        status = Status.FAILED
     elif not s.keep_unreasoned and not has_any_reasoning(messages):
-        status = "discarded"
+        status = Status.DISCARDED
     else:
-        status = "completed" if run.completed else "partial"
-    entry = {
-        "prompt_index": row.index,
-        "conversations": to_sharegpt(messages, tools),
-        "metadata": {**row.row.extra, "batch_num": batch_num,
-                     "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
-        "completed": bool(run and run.completed and not error),
-        "partial": bool(run and run.partial),
-        "api_calls": run.api_calls if run else 0,
-        "toolsets_used": toolsets,
-        "tool_stats": tool_stats,
-        "tool_error_counts": tool_error_counts,
-        "hermes": {
-            "key": row.key,
-            "status": status,
-            "error": error,
-            "usage": run.usage if run else {},
-            "elapsed": round(time.monotonic() - started, 3),
-            # seconds the first tool call waited for the sandbox to be ready (None: no tool call)
-            "sandbox_wait": None if box is None or box.wait is None else round(box.wait, 4),
-            "hallucinated_tools": hallucinated_tools(messages, ALL_TOOL_NAMES),
-            "reasoning": reasoning_counts(messages),
-        },
-    }
+        status = Status.COMPLETED if run.completed else Status.PARTIAL
+    entry = JournalEntry(
+        prompt_index=row.index,
+        conversations=to_sharegpt(messages, tools),
+        metadata={**row.row.extra, "batch_num": batch_num,
+                  "timestamp": datetime.now().isoformat(timespec="seconds"), "model": s.model},
+        completed=bool(run and run.completed and not error),
+        partial=bool(run and run.partial),
+        api_calls=run.api_calls if run else 0,
+        toolsets_used=toolsets,
+        tool_stats=tool_stats,
+        tool_error_counts=tool_error_counts,
+        hermes=HermesBlock(
+            key=row.key,
+            status=status,
+            error=error,
+            usage=run.usage if run else {},
+            elapsed=round(time.monotonic() - started, 3),
+            sandbox_wait=None if wait is None else round(wait, 4),
+            hallucinated_tools=hallucinated_tools(messages, all_tools),
+            reasoning=reasoning_counts(messages),
+            aux_usage=done.tools.aux_usage if done else {},
+            files=done.tools.files if done else [],
+        ),
+    )
     if error:
         log.warning("prompt %d failed: %s", row.index, error)
     else:
@@ -138,7 +162,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> dict[str, Any]:
 def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
     """Run a batch's prompts concurrently; each finished prompt is appended to batch_N.jsonl at once."""
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
-    counts = {"completed": 0, "partial": 0, "failed": 0, "discarded": 0}
+    counts = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
 
     policy = RetryPolicy.for_settings(ctx.settings)
 
@@ -152,16 +176,18 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
             if limiter:
                 limiter.release()
         # A transient failure goes back in the queue (hermes.requeue); each attempt is a journal line.
-        retry_in = policy.delay(entry, attempt)
-        entry["hermes"].update(attempt=attempt, requeued=retry_in is not None)
-        journal.append(path, entry)
+        retry_in = policy.delay(entry.hermes, attempt)
+        entry.hermes.attempt = attempt
+        entry.hermes.requeued = retry_in is not None
+        record = entry.record()
+        journal.append(path, record)
         if retry_in is not None:
             log.info("prompt %d: attempt %d failed (%s), again in %.1fs", row.index, attempt,
-                     entry["hermes"]["error"], retry_in)
+                     entry.hermes.error, retry_in)
             return retry_in
-        counts[entry["hermes"]["status"]] += 1
+        counts[str(entry.hermes.status)] += 1
         if ctx.on_prompt_done:
-            ctx.on_prompt_done(entry)
+            ctx.on_prompt_done(record)
         return None
 
     RequeueingPool(min(len(rows), ctx.settings.num_workers), f"batch{batch_num}").run(rows, one)

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from hermes import rundir, sandbox
+from hermes import rundir
 from hermes.dataset import Dataset, Row, read_dataset
 from hermes.runner import RunContext
-from hermes.sandbox.docker import remove_own
-from hermes.sandbox.lifecycle import RunGuard
+from hermes.sandbox import SandboxRun, WeakerSandbox, get_backend
 from hermes.settings import RunSettings
 from hermes.run_index import RunIndex
 
@@ -39,7 +38,7 @@ class RunSession:
     ctx: RunContext
     started: datetime = field(default_factory=datetime.now)
     prompts_run: int = 0
-    guard: RunGuard | None = None
+    sandboxes: SandboxRun | None = None
     _checkpoint_at: float = 0.0
 
     @classmethod
@@ -56,23 +55,30 @@ class RunSession:
             log.warning("skipped bad line: %s", problem)
         lock = rundir.RunLock(path)
         lock.acquire()
-        guard = None
+        sandboxes = None
         try:
-            if settings.sandbox.backend == "docker":
-                _prepare_sandboxes(settings)
+            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
+                                    limiter=threading.BoundedSemaphore(settings.num_workers))
+            # The backend's part of a run's start: what dead invocations left goes, limits are
+            # checked, and from now on a signal removes the run's sandboxes first. A run none of
+            # whose toolsets needs a sandbox spends no container, not even a limit probe.
+            if ctx.uses_sandbox:
+                try:
+                    sandboxes = ctx.backend.open_run(settings.run_name)
+                except WeakerSandbox as e:
+                    raise rundir.RunRefused(f"run '{settings.run_name}' refused: {e}") from None
             index = RunIndex(path)
             index.load_dataset(dataset)
             rundir.write_manifest(path, settings, total_prompts=len(dataset))
-            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
-                                    limiter=threading.BoundedSemaphore(settings.num_workers))
-            if settings.sandbox.backend == "docker":
-                guard = RunGuard(settings.run_name, remove_own).install()
         except BaseException:
-            if guard:
-                guard.uninstall()
-            lock.release()
+            try:
+                if sandboxes:
+                    sandboxes.close()
+            finally:
+                lock.release()
             raise
-        return cls(settings=settings, path=path, dataset=dataset, index=index, lock=lock, ctx=ctx, guard=guard)
+        return cls(settings=settings, path=path, dataset=dataset, index=index, lock=lock, ctx=ctx,
+                   sandboxes=sandboxes)
 
     def plan(self) -> list[Batch]:
         """The rows still owed, re-batched; numbering continues after the batches on disk.
@@ -112,35 +118,12 @@ class RunSession:
             self.write_checkpoint()
             rundir.log_invocation(self.path, self.started, datetime.now(), self.prompts_run)
             self.index.close()
-            self.ctx.client.close()
+            self.ctx.close()
         finally:
-            # Prompts hand their containers to background removers; the run ends when they are gone
+            # Prompts hand their sandboxes to background removers; the run ends when they are gone
             # (what is still left then goes at process exit, or with the next run's clean-up).
-            if not sandbox.drain_removals(timeout=120.0):
-                log.warning("some containers of run '%s' are still being removed", self.settings.run_name)
-            if self.settings.sandbox.backend == "docker":
-                # A create the engine answered too late (EngineTimeout) may still have made a container
-                # no prompt knows of: whatever of this run's this process made and still exists goes now.
-                swept = remove_own(self.settings.run_name)
-                if swept:
-                    log.warning("removed %d container(s) of run '%s' that no prompt held (late engine "
-                                "creates)", swept, self.settings.run_name)
-            if self.guard:
-                self.guard.uninstall()
-            self.lock.release()
-
-
-def _prepare_sandboxes(settings: RunSettings) -> None:
-    """Remove what dead invocations of this run left behind; refuse limits the engine cannot apply."""
-    removed = sandbox.cleanup(settings.run_name)
-    if removed:
-        log.warning("removed %d container(s) left behind by an earlier, dead run of '%s'", removed, settings.run_name)
-    try:
-        problems = sandbox.check_limits(settings.sandbox, settings.run_name)
-    except sandbox.WeakerSandbox as e:
-        raise rundir.RunRefused(f"run '{settings.run_name}' refused: {e}") from None
-    for p in problems:
-        log.warning("SANDBOX WEAKER THAN ASKED (accepted by allow_weaker_sandbox): %s", p)
-    if not settings.sandbox.read_only:
-        log.warning("sandbox.read_only is off: commands can write anywhere in their container, on the host's "
-                    "disk, with no size limit")
+            try:
+                if self.sandboxes:
+                    self.sandboxes.close(timeout=120.0)
+            finally:
+                self.lock.release()

@@ -5,12 +5,19 @@ The API key is deliberately not a field: flow parameters are stored in Prefect's
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hermes.netpolicy import ALLOW_ENV, parse_hosts
+from hermes.distributions import DISTRIBUTIONS
 from hermes.sandbox.base import SandboxSettings
+from hermes.tools import toolset_settings_model
+
+#: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
+ToolsetSettings = toolset_settings_model()
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
@@ -18,6 +25,9 @@ API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
 
 class AgentSettings(BaseModel):
     """How one agent run talks to its model and where its tools run: shared by batch runs and chat."""
+
+    # A misspelt key (max_sample) is refused, naming it, instead of silently running with the default.
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field("anthropic/claude-sonnet-4.6", description="model name sent to the endpoint")
     base_url: str = Field("https://openrouter.ai/api/v1", description="any OpenAI-compatible endpoint")
@@ -33,6 +43,16 @@ class AgentSettings(BaseModel):
     ephemeral_system_prompt: str | None = Field(None, description="used while running, never saved into trajectories")
     prefill_messages_file: str | None = Field(None, description="JSON array of few-shot messages put before the prompt, not saved")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="how per-prompt sandboxes are made")
+    tools: ToolsetSettings = Field(default_factory=ToolsetSettings, description="settings of each toolset (backends, endpoints, limits)")
+    web_allow_hosts: list[str] = Field(
+        default_factory=lambda: parse_hosts(os.environ.get(ALLOW_ENV)),
+        description="hosts the web and browser tools may reach despite the private-address rules: host names, "
+                    f"addresses or CIDRs, comma separated (default: ${ALLOW_ENV})")
+
+    @field_validator("web_allow_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v):
+        return parse_hosts(v)
 
     @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
     @classmethod
@@ -45,16 +65,19 @@ class AgentSettings(BaseModel):
 def _own_fields_first(schema: dict) -> None:
     """Show a run's own fields (dataset, batch size, run name) before the inherited model fields in forms."""
     own = [k for k in RunSettings.__annotations__ if k in schema.get("properties", {})]
+    # The registry's names as the schema's choices: a dropdown in the form, refused at flow-run creation.
+    schema["properties"]["distribution"]["enum"] = list(DISTRIBUTIONS)
     props = schema["properties"]
     schema["properties"] = {**{k: props[k] for k in own}, **{k: v for k, v in props.items() if k not in own}}
 
 
 class RunSettings(AgentSettings):
-    model_config = ConfigDict(json_schema_extra=_own_fields_first)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_own_fields_first)
 
     dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
     batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
-    run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key")
+    run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key",
+                          json_schema_extra={"pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})  # = _safe_run_name
     distribution: str = Field("default", description="toolset distribution to sample from")
     num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run")
     resume: bool = Field(False, description="continue an existing run")
@@ -74,4 +97,11 @@ class RunSettings(AgentSettings):
     def _safe_run_name(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
             raise ValueError("run_name must be letters, digits, '.', '_' or '-' (it names a folder)")
+        return v
+
+    @field_validator("distribution")
+    @classmethod
+    def _known_distribution(cls, v: str) -> str:
+        if v not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution '{v}'; choose one of: {', '.join(DISTRIBUTIONS)}")
         return v

@@ -14,14 +14,13 @@ from typing import Any
 import yaml
 
 from hermes import journal
-from hermes.agent import AgentRun, compose_system_prompt, run_agent
+from hermes.agent import AgentRun, compose_system_prompt
+from hermes.conversation import converse, tool_context
 from hermes.model import ModelClient
 from hermes.runner import load_prefill
-from hermes.sandbox import open_sandbox
-from hermes.sandbox.base import SandboxSpec
-from hermes.sandbox.lazy import LazySandbox
+from hermes.sandbox import SandboxSpec, get_backend
 from hermes.settings import AgentSettings
-from hermes.tools import openai_schemas, tools_for
+from hermes.tools import SharedResources, env_secret, openai_schemas, tools_for, usable_toolsets
 from hermes.trajectory import to_sharegpt
 
 SAMPLES_FILE = "trajectory_samples.jsonl"
@@ -56,18 +55,21 @@ def save_trajectories_enabled(config: dict[str, Any]) -> bool:
 
 def chat(prompt: str, settings: AgentSettings, toolsets: list[str], *, image: str | None = None,
          cwd: str | None = None) -> tuple[AgentRun, list[dict[str, Any]]]:
-    tools = openai_schemas(tools_for(toolsets))
+    offered = tools_for(usable_toolsets(settings.tools, env_secret, toolsets))
     spec = SandboxSpec(image=image or settings.sandbox.image, cwd=cwd,
                        labels={"hermes-batch.run": "chat", "hermes-batch.prompt": "0"})
     client = ModelClient(settings)
+    shared = SharedResources()
     try:
-        with LazySandbox(lambda: open_sandbox(spec, settings.sandbox), settings.sandbox.command_timeout) as box:
-            run = run_agent(client, prompt, tools, box, max_turns=settings.max_turns,
-                            system_prompt=compose_system_prompt(settings.ephemeral_system_prompt),
-                            prefill=load_prefill(settings.prefill_messages_file))
+        context = tool_context(settings, api_key=client.client.api_key, shared=shared)
+        run = converse(client, prompt, offered, spec, get_backend(settings.sandbox), context=context,
+                       max_turns=settings.max_turns,
+                       system_prompt=compose_system_prompt(settings.ephemeral_system_prompt),
+                       prefill=load_prefill(settings.prefill_messages_file)).run
     finally:
+        shared.close()
         client.close()
-    return run, tools
+    return run, openai_schemas(offered)
 
 
 def save_trajectory(run: AgentRun, tools: list[dict[str, Any]], model: str, directory: Path = Path(".")) -> Path:

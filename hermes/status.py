@@ -15,7 +15,10 @@ import duckdb
 from hermes import journal, rundir
 from hermes.failures import group
 from hermes.dataset import DatasetError, read_dataset
+from hermes.entry import Status
 from hermes.run_index import COLUMNS, load_dataset
+
+_FAILED = f"'{Status.FAILED}'"  # as an SQL literal
 
 
 def is_active(run_path: Path) -> bool:
@@ -46,13 +49,13 @@ def run_status(run_path: Path) -> dict[str, Any]:
                       filename FROM read_json(?, format='newline_delimited', columns=?, ignore_errors=true, filename=true)
                WHERE hermes.key IS NOT NULL""", [files, COLUMNS])
         per_key = con.execute(
-            """SELECT key,
-                      coalesce(min(status) FILTER (WHERE status <> 'failed'), 'failed') AS final,
-                      count(*) FILTER (WHERE status = 'failed') AS failures,
-                      arg_max(error, filename) FILTER (WHERE status = 'failed') AS last_error
+            f"""SELECT key,
+                      coalesce(min(status) FILTER (WHERE status <> {_FAILED}), {_FAILED}) AS final,
+                      count(*) FILTER (WHERE status = {_FAILED}) AS failures,
+                      arg_max(error, filename) FILTER (WHERE status = {_FAILED}) AS last_error
                FROM o GROUP BY key""").fetchall()
-    done = {k: final for k, final, _, _ in per_key if final != "failed"}
-    failed = {k: (n, err) for k, final, n, err in per_key if final == "failed"}
+    done = {k: final for k, final, _, _ in per_key if final != Status.FAILED}
+    failed = {k: (n, err) for k, final, n, err in per_key if final == Status.FAILED}
     status: dict[str, Any] = {
         "run_name": manifest.get("run_name", run_path.name),
         "folder": str(run_path),
@@ -60,9 +63,9 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "dataset_file": manifest.get("dataset_file"),
         "batches": len(files),
         "done": len(done),
-        "completed": sum(v == "completed" for v in done.values()),
-        "partial": sum(v == "partial" for v in done.values()),
-        "discarded_no_reasoning": sum(v == "discarded" for v in done.values()),
+        "completed": sum(v == Status.COMPLETED for v in done.values()),
+        "partial": sum(v == Status.PARTIAL for v in done.values()),
+        "discarded_no_reasoning": sum(v == Status.DISCARDED for v in done.values()),
         "failed": len(failed),
         "failed_attempts": sum(n for n, _ in failed.values()),
         "failure_reasons": group(err for _, err in failed.values()),  # by kind, with an example each
@@ -85,8 +88,8 @@ def _owed(con: duckdb.DuckDBPyConnection, dataset, journal_read: bool) -> tuple[
     if not journal_read:
         return len(dataset), len(dataset)
     load_dataset(con, dataset)
-    owed = con.execute("""SELECT count(*) FROM dataset d WHERE NOT EXISTS
-                            (SELECT 1 FROM o WHERE o.key = d.key AND o.status <> 'failed')""").fetchone()[0]
+    owed = con.execute(f"""SELECT count(*) FROM dataset d WHERE NOT EXISTS
+                             (SELECT 1 FROM o WHERE o.key = d.key AND o.status <> {_FAILED})""").fetchone()[0]
     return len(dataset), owed
 
 

@@ -83,5 +83,8 @@ class ShellBox:
         with open(full, "wb") as fh:
             fh.write(data)
 
-    def close(self) -> None:
+    def warm(self) -> None:
+        pass
+
+    def close(self, wait: bool = True) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -47,3 +47,143 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class LoopbackListener:
+    """A TCP listener of the test's own on this host's loopback, counting the connections it accepts.
+
+    The target for "a sandbox cannot reach the host": traffic to it never leaves the machine, and
+    `accepted` says whether anything got through (a refused dial alone could be a closed port).
+    """
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[tuple[str, int]] = []
+        self._stop = False
+        import threading
+
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted.append(peer)
+            conn.close()
+
+    def __enter__(self) -> "LoopbackListener":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self.sock.close()
+
+
+def closed_loopback_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    return free_port()
+
+
+def unpullable_image(name: str = "never") -> str:
+    """An image reference whose registry is a closed port on this host's loopback: a pull is
+    refused at once, and no request goes to a public registry (docker.io would be asked for a
+    bare name that is not present)."""
+    return f"127.0.0.1:{closed_loopback_port()}/hermes-test/{name}:1"
+
+
+def within(seconds: float, fn, *args, **kw):
+    """fn(*args, **kw) on a thread; fail if it has not returned after `seconds` (a hang, not a speed check)."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kw)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise AssertionError(f"{getattr(fn, '__name__', fn)} did not return within {seconds}s: it hangs")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def interfaces(proc_net_dev: str) -> list[str]:
+    """Interface names from the text of /proc/net/dev."""
+    return sorted(line.split(":", 1)[0].strip() for line in proc_net_dev.splitlines()[2:] if ":" in line)
+
+
+def routes(proc_net_route: str) -> list[str]:
+    """The routing table's entries from the text of /proc/net/route (its header dropped)."""
+    return [line for line in proc_net_route.splitlines()[1:] if line.strip()]
+
+
+class HeaderRecorder:
+    """A loopback HTTP hop in front of a model server that notes each request's Authorization
+    header, then forwards the request unchanged and hands back the server's answer unchanged.
+
+    The bundled model server records bodies, not headers; this is how a test sees which API key
+    reached "the model" over the real wire.
+    """
+
+    def __init__(self, target_url: str):
+        import http.server
+        import threading
+
+        import httpx
+
+        recorder = self
+        self.target = target_url.rstrip("/")
+        self.authorizations: list[str | None] = []
+
+        class Hop(http.server.BaseHTTPRequestHandler):
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                recorder.authorizations.append(self.headers.get("Authorization"))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, recorder.target + self.path, content=body, headers=headers,
+                                       timeout=120)
+                self.send_response(answer.status_code)
+                for k, v in answer.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = _forward
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hop)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def __enter__(self) -> "HeaderRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+#: the browser toolset's tools (every entry's tool_stats lists them, zeros included)
+BROWSER_TOOLS = ("browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll",
+                 "browser_back", "browser_press", "browser_get_images", "browser_vision", "browser_console")

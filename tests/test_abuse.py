@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import tool_responses
+from tests.helpers import LoopbackListener, interfaces, routes, tool_responses
 
 RUN = f"abuse-{secrets.token_hex(3)}"
 LIMITS = dict(command_timeout=5, memory="128m", tmpfs_size="16m", pids_limit=64, output_limit=2000)
@@ -35,7 +34,7 @@ def calls(*commands: str | dict) -> dict:
     return {"reasoning": "Try it.", "tool_calls": tool_calls}
 
 
-def attacks(marker: Path, llm_port: int) -> dict[str, str]:
+def attacks(marker: Path, host_port: int) -> dict[str, str]:
     return {
         "fork_bomb": script(calls("bomb(){ bomb|bomb& }; bomb; while :; do :; done")),
         "memory_hog": script(calls("dd if=/dev/zero of=/dev/null bs=400M count=1 && echo got-it"),
@@ -45,8 +44,10 @@ def attacks(marker: Path, llm_port: int) -> dict[str, str]:
         "endless_output": script(calls("yes flood")),
         "sleep_forever": script(calls("sleep 2147483647", {"name": "terminal", "arguments": {
             "command": "sleep 100000", "timeout": 100000}})),
-        "network": script(calls("nc -w 3 1.1.1.1 443 </dev/null", f"nc -w 3 172.17.0.1 {llm_port} </dev/null",
-                                "nslookup example.com", "cat /proc/net/dev")),
+        # Nothing is aimed off the machine: the sandbox's interfaces and routes, and a dial of the
+        # test's own listener on the host's loopback (the sandbox's 127.0.0.1 must be its own).
+        "network": script(calls(f"nc -w 3 127.0.0.1 {host_port} </dev/null", "cat /proc/net/dev",
+                                "cat /proc/net/route")),
         "root_fs": script(calls("echo pwned >> /etc/passwd", "touch /bin/evil", "mkdir /evil",
                                 {"name": "write_file", "arguments": {"path": "/usr/bin/evil", "content": "x"}})),
         "host_files": script(calls(f"cat {marker}", f"ls -la {marker.parent}",
@@ -61,6 +62,10 @@ def attacks(marker: Path, llm_port: int) -> dict[str, str]:
     }
 
 
+def _process_count() -> int:
+    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
 @pytest.fixture(scope="module")
 def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
     """Runs the whole suite once: {case: trajectory entry}, plus what the test saw meanwhile."""
@@ -71,8 +76,8 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
     secret = f"HOSTSECRET-{secrets.token_hex(8)}"
     marker = tmp / "host-marker.txt"
     marker.write_text(secret + "\n")
-    with MockLLM() as llm:
-        cases = attacks(marker, llm.port)
+    with MockLLM() as llm, LoopbackListener() as host:
+        cases = attacks(marker, host.port)
         rows = [{"prompt": f"Case {name}. {text}", "case": name} for name, text in cases.items()]
         rows += [{"prompt": f"Normal task {i}: note a token and report the hostname.", "case": f"normal_{i}"}
                  for i in range(3)]
@@ -81,12 +86,13 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
         settings = RunSettings(dataset_file=str(dataset), run_name=RUN, output_dir=str(tmp / "data"),
                                base_url=llm.base_url, model="mock-model", batch_size=4, num_workers=12,
                                sandbox=SandboxSettings(**LIMITS))
-        host_ok, stop = [], threading.Event()
+        host_pids, stop = [], threading.Event()
 
-        def host_watch():  # the host keeps starting processes while the sandboxes are attacked
-            while not stop.wait(0.5):
-                host_ok.append(subprocess.run(["true"]).returncode == 0)
+        def host_watch():  # the host's process table while the sandboxes are attacked (the fork bomb)
+            while not stop.wait(0.2):
+                host_pids.append(_process_count())
 
+        baseline = _process_count()
         watcher = threading.Thread(target=host_watch, daemon=True)
         watcher.start()
         try:
@@ -97,7 +103,8 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
     out = Path(settings.output_dir) / RUN
     journal = [json.loads(l) for p in sorted(out.glob("batch_*.jsonl")) for l in p.read_text().splitlines() if l]
     return {"entries": {e["metadata"]["case"]: e for e in journal}, "stats": stats, "secret": secret,
-            "host_ok": host_ok, "leftovers": containers_of(docker_engine, RUN), "marker": marker}
+            "host_pids": host_pids, "host_baseline": baseline, "host_accepted": host.accepted,
+            "leftovers": containers_of(docker_engine, RUN), "marker": marker}
 
 
 def results(abuse_run, case: str) -> list[dict]:
@@ -126,14 +133,20 @@ def test_no_container_of_the_run_remains(abuse_run):
     assert abuse_run["leftovers"] == []
 
 
-def test_host_stayed_responsive(abuse_run):
-    assert abuse_run["host_ok"] and all(abuse_run["host_ok"])
+def test_the_hosts_process_table_stayed_bounded(abuse_run):
+    # Twelve sandboxes of at most 64 processes each: an unbounded fork bomb would add thousands.
+    # The slack is for the run's own threads and helpers and for other work on a shared machine.
+    assert abuse_run["host_pids"], "the watcher took no samples"
+    assert max(abuse_run["host_pids"]) < abuse_run["host_baseline"] + 12 * 64 + 1500, \
+        (abuse_run["host_baseline"], max(abuse_run["host_pids"]))
 
 
 def test_fork_bomb_is_held_by_the_process_limit(abuse_run):
     (bomb,) = results(abuse_run, "fork_bomb")
-    # The pids limit makes forks fail; the time limit then kills what is left of the bomb.
-    assert "can't fork" in bomb["output"] or bomb["error"] == "Command timed out after 5s", bomb
+    # The pids limit makes forks fail (the shell says so). Then either the command's own shell
+    # cannot fork and gives up (exit 2), or it spins until the time limit kills it and the bomb.
+    assert "can't fork" in bomb["output"], bomb
+    assert (bomb["exit_code"], bomb["error"]) in ((2, None), (-1, "Command timed out after 5s")), bomb
 
 
 def test_memory_hog_is_killed_and_the_model_is_told(abuse_run):
@@ -166,11 +179,11 @@ def test_sleep_forever_hits_the_time_limit(abuse_run):
 
 
 def test_network_is_unreachable(abuse_run):
-    internet, host_gateway, dns, interfaces = results(abuse_run, "network")
-    for r in (internet, host_gateway):
-        assert r["exit_code"] != 0 and "network is unreachable" in r["output"].lower(), r
-    assert dns["exit_code"] != 0
-    assert "lo:" in interfaces["output"] and "eth0" not in interfaces["output"]
+    dial, dev, route = results(abuse_run, "network")
+    assert dial["exit_code"] != 0 and "Connection refused" in dial["output"], dial  # its own, empty loopback
+    assert abuse_run["host_accepted"] == []  # the test's listener on the host saw nothing
+    assert interfaces(dev["output"]) == ["lo"], dev
+    assert routes(route["output"]) == [], route  # no route: any other address fails before a packet is sent
 
 
 def test_root_filesystem_is_read_only(abuse_run):
@@ -204,5 +217,6 @@ def test_no_way_to_root(abuse_run):
 
 
 def test_the_run_records_how_long_prompts_waited_for_their_sandbox(abuse_run):
-    waits = [e["hermes"]["sandbox_wait"] for e in abuse_run["entries"].values()]
-    assert all(isinstance(w, float) and w >= 0 for w in waits), waits
+    # Every case makes a tool call, so every prompt waited (maybe 0 s) for its sandbox, within its own time.
+    waits = {k: (e["hermes"]["sandbox_wait"], e["hermes"]["elapsed"]) for k, e in abuse_run["entries"].items()}
+    assert all(isinstance(w, float) and 0 <= w <= elapsed for w, elapsed in waits.values()), waits

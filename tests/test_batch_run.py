@@ -13,7 +13,7 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import script, write_dataset, read_jsonl, tool_responses
+from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unpullable_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,9 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
         assert gpt_turns and all(v.startswith("<think>\n") for v in gpt_turns)
         assert e["completed"] is True and e["partial"] is False
         assert e["metadata"]["source"] == "e2e" and e["metadata"]["model"] == "mock-model"
-        assert set(e["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files"}
+        assert set(e["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files",
+                                        "web_search", "web_extract", "vision_analyze", "image_generate",
+                                        *BROWSER_TOOLS}
         responses = {r["name"]: r["content"] for r in tool_responses(e)}
         if e["prompt_index"] < 9:
             # The token written by write_file comes back through read_file: same container.
@@ -110,9 +112,10 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
 def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_settings, docker_engine):
     from flows.batch import batch_run
 
+    missing_image = unpullable_image("never-built")  # a closed registry on loopback: no public registry is asked
     rows = [{"prompt": "fine"},
             {"prompt": "broken model " + script({"error": 500})},
-            {"prompt": "needs an image", "image": "hermes-test/never-built:1"},
+            {"prompt": "needs an image", "image": missing_image},
             {"prompt": "no reasoning " + script({"content": "plain answer"})},
             {"prompt": "hallucinates " + script(
                 {"reasoning": "try", "tool_calls": [{"name": "web_fetch_imaginary", "arguments": {}}]},
@@ -127,7 +130,7 @@ def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_setti
     assert stats["prompts_failed"] == 2
     reasons = stats["failure_reasons"]
     assert set(reasons) == {"image unavailable", "model endpoint 500"}
-    assert reasons["image unavailable"]["example"].startswith("image not available: hermes-test/never-built:1")
+    assert reasons["image unavailable"]["example"].startswith(f"image not available: {missing_image}")
     # the 500 is transient and went back in the queue (twice, here); the missing image is permanent
     retried = stats["retries"]["reasons"]
     assert retried["model endpoint 500"]["count"] == 2 and "image unavailable" not in retried
@@ -164,9 +167,12 @@ def test_batch_runner_cli_drop_in(tmp_path, mock_llm, sandbox_image, docker_engi
 def test_num_workers_bounds_prompts_in_flight_across_batches(tmp_path, run_settings, mock_llm):
     from flows.batch import batch_run
 
-    rows = [{"prompt": f"slow {i} " + script({"sleep": 0.5, "reasoning": "r", "content": "ok"})} for i in range(9)]
+    rows = [{"prompt": f"slow {i} " + script({"sleep": 1.0, "reasoning": "r", "content": "ok"})} for i in range(9)]
     settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "bounded", batch_size=2, num_workers=3)
     stats = batch_run(settings=settings)
     assert stats["trajectories_written"] == 9
-    # three prompts at a time, spread over batches of two: the bound is run-wide, and it is reached
-    assert mock_llm.stats()["max_in_flight"] == 3
+    # What the server saw: never more than three prompts' calls at once, though batches are of two
+    # (the bound is run-wide), and calls of different prompts did overlap (the run is concurrent).
+    # How many overlapped at the peak depends on how fast the machine starts them: not asserted.
+    seen = mock_llm.stats()
+    assert seen["requests"] == 9 and 2 <= seen["max_in_flight"] <= 3, seen

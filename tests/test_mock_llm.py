@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -283,11 +282,15 @@ def test_mock_script_error_turn_fails_every_time(client, llm):
     assert llm.stats()["errors"] == 3
 
 
-def test_mock_script_sleep(client):
-    prompt = script_prompt({"sleep": 0.3, "content": "slow"})
-    start = time.monotonic()
-    assert ask(client, [{"role": "user", "content": prompt}]).choices[0].message.content == "slow"
-    assert time.monotonic() - start >= 0.3
+def test_mock_script_sleep(client, llm):
+    # The server holds a sleeping turn's answer: a client that waits less gives up (a server that
+    # did not sleep would answer within milliseconds), and one that waits gets it.
+    prompt = script_prompt({"sleep": 3, "content": "slow"})
+    messages = [{"role": "user", "content": prompt}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0, timeout=0.3) as impatient:
+        with pytest.raises(openai.APITimeoutError):
+            ask(impatient, messages)
+    assert ask(client, messages).choices[0].message.content == "slow"
 
 
 def test_malformed_mock_script_is_a_400(client):
@@ -318,13 +321,15 @@ def test_fail_first_with_429_and_retry_after():
         assert server.stats()["injected_errors"] == 4
 
 
-def test_sdk_retries_honour_retry_after():
+def test_sdk_retries_honour_retry_after(caplog):
     with MockLLM(fail_first=2, error_status=429, retry_after=0.05) as server, \
-            openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=2) as c:
-        start = time.monotonic()
+            openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=2) as c, \
+            caplog.at_level("INFO", logger="openai"):
         assert ask(c, [{"role": "user", "content": "retry me"}]).choices[0].finish_reason == "tool_calls"
-        assert time.monotonic() - start < 1.5  # the SDK waited 0.05 s, not its own backoff
         assert server.stats()["requests"] == 3
+    # The SDK says how long it waits before each retry: the server's Retry-After, not its own backoff.
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Retrying request in ")]
+    assert waits == [f"Retrying request in 0.050000 seconds (retry {i} of 2)" for i in (1, 2)], waits
 
 
 def test_fail_first_503_and_500():
@@ -449,20 +454,18 @@ def test_start_stop_and_context_manager():
 
 
 def test_64_concurrent_requests_are_not_serialised():
-    latency, n = 0.5, 64
+    # What the server saw, not how long it took (speed is bench/'s business): at least half of
+    # the 64 held requests were in flight at once. A serialising server would show 1.
+    latency, n = 1.0, 64
     with MockLLM(latency=latency) as server, \
-            openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=30) as c:
+            openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=120) as c:
         def one(i: int) -> str:
             return ask(c, [{"role": "user", "content": f"parallel {i}"}]).choices[0].finish_reason
 
-        start = time.monotonic()
         with ThreadPoolExecutor(n) as pool:
             results = list(pool.map(one, range(n)))
-        elapsed = time.monotonic() - start
         assert results == ["tool_calls"] * n
-        assert elapsed < 8, f"{n} requests of {latency}s took {elapsed:.1f}s ({elapsed / (n * latency):.0%} of serial)"
-        assert elapsed / (n * latency) < 0.25
-        assert server.stats()["max_in_flight"] >= n // 2
+        assert server.stats()["max_in_flight"] >= n // 2, server.stats()
 
 
 # --------------------------------------------------------------------------- CLI
@@ -484,7 +487,9 @@ def test_cli_serves_until_terminated():
 
 
 def test_cli_rejects_bad_options(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exited:
         main(["--error-status", "404"])
+    assert exited.value.code == 2
+    assert "argument --error-status: invalid choice: 404" in capsys.readouterr().err
     assert main(["--port", "0", "--error-rate", "2"]) == 2
     assert "error_rate" in capsys.readouterr().err

@@ -7,7 +7,6 @@ loopback, local sandboxes): the server answers 429 to the first requests of ever
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

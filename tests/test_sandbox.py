@@ -1,13 +1,13 @@
-"""Sandboxes against a real Docker engine (skipped with a reason when none answers), plus
-the local backend and the output cap, which need no engine."""
+"""Sandboxes against a real Docker engine (a missing engine is a skip locally, a failure under CI),
+plus the local backend and the output cap, which need no engine."""
 from __future__ import annotations
 
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -25,37 +25,22 @@ from hermes.sandbox.base import (
     SandboxSpec,
 )
 from hermes.sandbox.local import LocalSandbox
+from tests.helpers import LoopbackListener, interfaces, routes, unpullable_image, until, within
 
 
-def _engine_reason() -> str | None:
-    try:
-        from hermes.sandbox.docker import get_client
-
-        get_client()
-        return None
-    except Exception as e:  # noqa: BLE001
-        return f"no Docker engine answers ({e}); start dockerd to run the container tests"
-
-
-ENGINE_REASON = _engine_reason()
-needs_docker = [pytest.mark.docker, pytest.mark.skipif(ENGINE_REASON is not None, reason=ENGINE_REASON or "")]
 RUN_ID = f"pytest-{uuid.uuid4().hex[:8]}"
 
 
 def _ours(run_id: str = RUN_ID) -> list[dict]:
-    from hermes.sandbox.docker import get_client
+    from hermes.sandbox.docker.engine import get_client
 
     return get_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
 
 
 @pytest.fixture(scope="module")
-def image():
-    if ENGINE_REASON:
-        pytest.skip(ENGINE_REASON)
-    from hermes.sandbox.image import ensure_default_image
-
-    tag = ensure_default_image()
-    yield tag
+def image(sandbox_image):
+    """The default image on the real engine (conftest's docker_engine: a missing engine fails under CI)."""
+    yield sandbox_image
     leftovers = _ours()
     cleanup(RUN_ID)
     assert not leftovers, f"tests left containers behind: {[c['Names'] for c in leftovers]}"
@@ -90,10 +75,7 @@ def sb(make):
 # --------------------------------------------------------------------------- docker
 
 
-def docker_test(fn):
-    for m in needs_docker:
-        fn = m(fn)
-    return fn
+docker_test = pytest.mark.docker
 
 
 @docker_test
@@ -158,10 +140,8 @@ def test_files_round_trip(sb):
     sb.write_file("/tmp/deep/er/bin.dat", binary)
     assert sb.read_file("/tmp/deep/er/bin.dat") == binary
     big = os.urandom(3 * 1024 * 1024)
-    started = time.monotonic()
     sb.write_file("big.bin", big)
     assert sb.read_file("big.bin") == big
-    assert time.monotonic() - started < 20
     assert sb.exec("wc -c < big.bin").output.strip() == str(len(big))
     sb.write_file("empty", b"")
     assert sb.read_file("empty") == b""
@@ -182,11 +162,10 @@ def test_file_errors(sb):
 
 @docker_test
 def test_time_limit_kills_the_command(sb):
-    started = time.monotonic()
-    r = sb.exec("sleep 100", timeout=2)
-    took = time.monotonic() - started
+    r = sb.exec("echo begun; sleep 100; echo never", timeout=2)
     assert r.timed_out and r.exit_code == -1
-    assert 1.5 < took < 10
+    assert r.output.startswith("begun\n") and "never" not in r.output
+    assert "sleep 100" not in sb.exec("ps -o args | grep -v grep").output  # killed, not left running
     # children and background jobs of a killed command die with it
     r = sb.exec("sleep 101 & sleep 102 & echo started; sleep 103", timeout=1)
     assert r.timed_out and "started" in r.output
@@ -195,19 +174,16 @@ def test_time_limit_kills_the_command(sb):
 
 @docker_test
 def test_background_process_returns_at_once(sb):
-    started = time.monotonic()
-    r = sb.exec("sleep 30 & echo launched")
-    assert r.exit_code == 0 and r.output == "launched\n"
-    assert time.monotonic() - started < 1.5
+    # A call that waited for its background job would end at its own time limit (5 s), not at 30.
+    r = sb.exec("sleep 30 & echo launched", timeout=5)
+    assert (r.exit_code, r.timed_out, r.output) == (0, False, "launched\n")
     assert "sleep 30" in sb.exec("ps -o args").output  # still running: background jobs survive
 
 
 @docker_test
 def test_endless_output_is_capped(sb):
-    started = time.monotonic()
-    r = sb.exec("yes hermes", timeout=60)
-    assert time.monotonic() - started < 30
-    assert r.truncated
+    r = sb.exec("yes hermes", timeout=300)
+    assert r.truncated and not r.timed_out  # killed for its flood, long before its time limit
     head, _, tail = r.output.partition("\n[output truncated: ")
     assert len(head) == 2000 and head.startswith("hermes\nhermes\n")
     assert tail.split(" ", 1)[0].isdigit() and "more bytes]" in tail
@@ -229,13 +205,42 @@ def test_invalid_utf8_survives(sb):
     assert r.output.startswith("ok ") and r.output.endswith(" end\n") and "\ufffd" in r.output
 
 
+# "No network" is proved without sending anything off the machine: the container's own
+# interfaces and routes (a loopback and nothing else, no route anywhere: every other address is
+# unreachable before a packet is made), and a listener of the test's own on the host's loopback,
+# which the sandbox dials at 127.0.0.1 and must not reach (its 127.0.0.1 is its own).
+
+
+def network_probe(sb, port: int) -> dict:
+    return {"interfaces": interfaces(sb.exec("cat /proc/net/dev").output),
+            "routes": routes(sb.exec("cat /proc/net/route").output),
+            "dial": sb.exec(f"nc -w 2 127.0.0.1 {port} </dev/null; echo rc=$?", timeout=20).output}
+
+
 @docker_test
 def test_no_network(sb):
-    r = sb.exec("nc -w 2 1.1.1.1 80 </dev/null", timeout=10)
-    assert r.exit_code != 0
-    assert "unreachable" in r.output.lower() or "can't connect" in r.output.lower()
-    ifaces = sb.exec("cat /proc/net/dev").output
-    assert "lo:" in ifaces and "eth0" not in ifaces
+    with LoopbackListener() as host:
+        probe = network_probe(sb, host.port)
+    assert probe["interfaces"] == ["lo"] and probe["routes"] == [], probe
+    assert "Connection refused" in probe["dial"] and "rc=0" not in probe["dial"], probe
+    assert host.accepted == []  # the host's listener saw nothing
+
+
+@docker_test
+def test_the_network_probe_sees_a_network_when_there_is_one(image, docker_engine):
+    """The probe can fail: a container on the engine's default network has an eth0 and a route;
+    one in the host's network namespace reaches the test's listener. Neither is dialled anywhere
+    but this host's loopback (the probe only reads /proc and dials 127.0.0.1)."""
+    labels = {LABEL_RUN: RUN_ID}
+    with LoopbackListener() as host:
+        out = docker_engine.containers.run(image, ["sh", "-c", "cat /proc/net/dev; echo ==; cat /proc/net/route"],
+                                           network_mode="bridge", remove=True, labels=labels).decode()
+        dev, route = out.split("==\n")
+        assert "eth0" in interfaces(dev) and routes(route), out
+        dial = docker_engine.containers.run(image, ["sh", "-c", f"nc -w 2 127.0.0.1 {host.port} </dev/null; echo rc=$?"],
+                                            network_mode="host", remove=True, labels=labels).decode()
+        until(lambda: host.accepted, "the host-network container's connection", timeout=30)
+    assert "rc=0" in dial and len(host.accepted) == 1
 
 
 @docker_test
@@ -271,8 +276,9 @@ def test_pids_limit_stops_a_fork_loop(make):
     assert "all-started" not in r.output
     assert "fork" in r.output.lower() or "resource temporarily unavailable" in r.output.lower()
     procs = sb.api.top(sb.container_id)["Processes"]
+    sleepers = [p for p in procs if "sleep 60" in " ".join(p)]
     assert len(procs) <= 64  # at least 936 of the 1000 never started
-    assert subprocess.run(["true"]).returncode == 0  # the host is fine
+    assert len(sleepers) >= 32, procs  # the loop did fork, up to the limit: it was stopped by it, not before
     sb.close()
     assert not [c for c in _ours() if c["Id"] == sb.container_id]
 
@@ -288,8 +294,12 @@ def test_memory_limit_and_a_dead_container(make):
         for i in range(3):
             r = sb.exec(f"head -c 100000000 /dev/zero > /tmp/fill{i} && echo stored", timeout=30)
             assert r.exit_code != 0 and "stored" not in r.output
+        sizes = sb.exec("wc -c /tmp/fill* | grep -v total").output.split()[::2]
+        assert sizes and all(int(n) < 64 << 20 for n in sizes), sizes  # none of the files fit
     except SandboxError as e:
         assert "stopped" in str(e) or "not running" in str(e)
+        state = sb.api.inspect_container(sb.container_id)["State"]
+        assert state["OOMKilled"] and not state["Running"], state  # the memory limit ended it, nothing else
     sb.close()
 
 
@@ -350,19 +360,19 @@ def test_cleanup_removes_containers_of_dead_runs_only(image, settings):
 
 @docker_test
 def test_unavailable_image(image, settings):
-    from hermes.sandbox.docker import ensure_image
+    from hermes.sandbox.docker.engine import ensure_image
 
-    name = f"hermes-no-such-image-{uuid.uuid4().hex[:6]}:nope"
-    with pytest.raises(ImageUnavailable, match=f"image not available: {name}"):
+    name = unpullable_image()  # its registry is a closed port on loopback: no public registry is asked
+    with pytest.raises(ImageUnavailable, match=f"image not available: {re.escape(name)}"):
         ensure_image(name, pull_timeout=20)
-    with pytest.raises(ImageUnavailable, match=f"image not available: {name}"):  # cached: no second pull
+    with pytest.raises(ImageUnavailable, match=f"image not available: {re.escape(name)}"):  # cached: no second pull
         open_sandbox(SandboxSpec(image=name, run_id=RUN_ID), settings)
     assert ensure_image(image) == image
 
 
 @docker_test
 def test_system_cwd_gets_no_tmpfs_and_says_so(make, caplog):
-    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.container"):
+    with caplog.at_level(logging.WARNING, logger="hermes.sandbox.docker.container"):
         sb = make(cwd="/etc")
         make(cwd="/etc")
     said = [r.getMessage() for r in caplog.records if "READ-ONLY" in r.getMessage()]
@@ -394,7 +404,7 @@ def test_image_volumes_become_capped_tmpfs(image, settings, docker_image_with_vo
 
 @pytest.fixture(scope="module")
 def docker_image_with_volume(image):
-    from hermes.sandbox.docker import get_client
+    from hermes.sandbox.docker.engine import get_client
 
     client = get_client()
     tag = f"hermes-test-volume:{uuid.uuid4().hex[:8]}"
@@ -414,7 +424,7 @@ def test_out_of_memory_is_named_in_the_output(make):
 
 @docker_test
 def test_the_engine_applies_every_limit_asked(image):
-    from hermes.sandbox.docker import limit_problems
+    from hermes.sandbox.docker.container import limit_problems
 
     assert limit_problems(SandboxSettings(), run_id=RUN_ID) == []
     problems = limit_problems(SandboxSettings(memory="0"), run_id=RUN_ID)  # "0" means none at all
@@ -423,10 +433,12 @@ def test_the_engine_applies_every_limit_asked(image):
 
 
 @docker_test
-def test_quick_commands_return_quickly(sb):
-    # every command starts a timer beside it; it must never hold up a command that is done
-    slowest = max(sb.exec("true").duration for _ in range(30))
-    assert slowest < 1.5
+def test_quick_commands_are_not_held_by_their_timer(sb):
+    # Every command starts a timer beside it; one that held up a finished command would make it
+    # last until the timer fires (20 s) and end timed out. A bound on what happened, not a speed.
+    results = [sb.exec("true", timeout=20) for _ in range(30)]
+    assert all(r.exit_code == 0 and not r.timed_out for r in results)
+    assert max(r.duration for r in results) < 20
 
 
 @docker_test
@@ -437,30 +449,29 @@ def test_unenterable_cwd_is_reported(sb):
 
 @docker_test
 def test_without_setsid_the_time_limit_still_kills(sb, monkeypatch):
-    from hermes.sandbox import channel
+    from hermes.sandbox.docker import channel
 
-    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace("command -v setsid", "false"))
-    started = time.monotonic()
-    r = sb.exec("sleep 100", timeout=1)
-    assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 5
+    monkeypatch.setattr(channel, "WRAPPER", channel.WRAPPER.replace("command -v setsid", "false"))
+    r = within(60, sb.exec, "sleep 100", timeout=1)
+    assert r.timed_out and r.exit_code == -1
+    assert "sleep 100" not in sb.exec("ps -o args | grep -v grep").output
     assert sb.exec("echo fine").output == "fine\n"
 
 
 @docker_test
 def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
-    from hermes.sandbox import channel
-    from hermes.sandbox import docker as backend
+    from hermes.sandbox.docker import channel
+    from hermes.sandbox.docker import sandbox as backend
 
-    monkeypatch.setattr(channel, "_WRAPPER", channel._WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
+    monkeypatch.setattr(channel, "WRAPPER", channel.WRAPPER.replace('sleep "$1" &&', 'sleep 1000 &&'))
     monkeypatch.setattr(backend, "HOST_GRACE", 1.0)
-    started = time.monotonic()
-    r = sb.exec("sleep 77", timeout=1)
-    assert r.timed_out and r.exit_code == -1 and time.monotonic() - started < 6
+    r = within(60, sb.exec, "sleep 77", timeout=1)  # the in-box timer would wait 1000 s: the host ends it
+    assert r.timed_out and r.exit_code == -1
     assert "sleep 77" not in sb.exec("ps -o args | grep -v grep").output  # killed from the host
 
 
 def test_engine_limits_that_cannot_apply_are_logged(caplog):
-    from hermes.sandbox import docker as backend
+    from hermes.sandbox.docker import engine as backend
 
     class FakeAPI:
         base_url = f"fake://{uuid.uuid4().hex}"
@@ -513,10 +524,8 @@ def test_local_files(local):
 
 
 def test_local_time_limit_kills_the_group(local):
-    started = time.monotonic()
     r = local.exec("sleep 100 & sleep 101; echo never", timeout=1)
     assert r.timed_out and r.exit_code == -1 and "never" not in r.output
-    assert time.monotonic() - started < 5
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 100" not in ps and "sleep 101" not in ps
 

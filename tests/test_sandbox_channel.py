@@ -213,24 +213,34 @@ def test_output_cap_and_flood_over_the_channel(sb):
     assert sb.exec("echo calm").output == "calm\n"
 
 
-def test_background_output_does_not_leak_into_later_results(sb):
-    sb.exec("(sleep 0.3; echo LATE; echo LATE >&2) & echo launched")
-    time.sleep(1)  # let the late output arrive between calls (an ordering aid, not an assertion)
+def test_background_output_does_not_leak_into_later_results(sb, docker_engine):
+    sb.exec("(sleep 0.3; echo LATE; echo LATE >&2; touch /tmp/late-done) & echo launched")
+    # Every call until the late output has been written must be clean too; then one more.
+    polls = []
+    wait_until("the late output to be written", lambda: polls.append(
+        sb.exec("[ -e /tmp/late-done ] && echo written").output) or polls[-1] == "written\n")
+    assert set(polls) <= {"", "written\n"}, polls
     assert sb.exec("echo next").output == "next\n"
     sb.write_file("f", b"clean")
     sb.exec("(yes noise &) ; echo flooding")  # a job that writes for ever after its command ended
-    time.sleep(0.5)
+    wait_until("the flood to run", lambda: any("yes noise" in " ".join(p)
+                                               for p in docker_engine.api.top(sb.container_id)["Processes"]))
     assert sb.read_file("f") == b"clean"
     assert sb.exec("echo quiet").output.endswith("quiet\n")
     assert sb.exec("echo quieter").output == "quieter\n"  # a new channel: the flood keeps the old one
 
 
-def test_a_concurrent_call_does_not_wait_for_a_long_command(sb):
+def test_a_concurrent_call_does_not_wait_for_a_long_command(sb, docker_engine):
+    # The long command cannot end before the test lets it (it waits for /tmp/go): a quick call
+    # that waited for it would hang, and the bound below would say so.
     done: list[str] = []
-    slow = threading.Thread(target=lambda: done.append(sb.exec("sleep 3; echo slow").output.strip()))
+    slow = threading.Thread(target=lambda: done.append(
+        sb.exec("while [ ! -e /tmp/go ]; do sleep 0.05; done; echo slow", timeout=120).output.strip()))
     slow.start()
-    time.sleep(0.5)
-    done.append(sb.exec("echo quick").output.strip())
+    wait_until("the long command to run", lambda: any("/tmp/go" in " ".join(p)
+                                                      for p in docker_engine.api.top(sb.container_id)["Processes"]))
+    done.append(within(60, sb.exec, "echo quick").output.strip())
+    within(60, sb.write_file, "/tmp/go", b"")
     slow.join(60)
     assert done == ["quick", "slow"]
 
@@ -238,9 +248,9 @@ def test_a_concurrent_call_does_not_wait_for_a_long_command(sb):
 def test_a_shell_that_cannot_serve_a_channel_falls_back_to_an_exec_per_call(sb, docker_engine, monkeypatch):
     # Stands in for an image whose shell lacks what the channel needs (base64, head): its channel
     # shell ends at once. Every call then gets an exec of its own, as before the channel.
-    from hermes.sandbox import channel
+    from hermes.sandbox.docker import channel
 
-    monkeypatch.setattr(channel, "_SERVER", "echo 'base64: not found' >&2; exit 127\n")
+    monkeypatch.setattr(channel, "SERVER", "echo 'base64: not found' >&2; exit 127\n")
     since = time.time()
     assert sb.exec("echo works").output == "works\n"
     sb.write_file("a.txt", b"\x00data\xff")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from hermes.sandbox import lifecycle
-from hermes.sandbox.base import SandboxSettings, SandboxSpec
+from hermes.sandbox.base import SandboxError, SandboxSettings, SandboxSpec
 from tests.conftest import containers_of
-from tests.helpers import script
+from tests.helpers import script, unpullable_image
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.docker
@@ -165,13 +166,13 @@ def test_interrupted_run_removes_its_containers_before_it_exits(start, docker_en
 # --------------------------------------------------------------------------- sandbox cleanup
 
 
-def make_dead_containers(run: str, count: int) -> None:
+def make_dead_containers(run: str, count: int, image: str) -> None:
     """Make `count` sandboxes for `run` in another process, which then dies without closing them."""
     code = ("import os, sys\n"
             "from hermes.sandbox import open_sandbox\n"
             "from hermes.sandbox.base import SandboxSettings, SandboxSpec\n"
             f"for i in range({count}):\n"
-            f"    open_sandbox(SandboxSpec(image='hermes-sandbox:latest', run_id={run!r}, prompt_id=str(i)), SandboxSettings())\n"
+            f"    open_sandbox(SandboxSpec(image={image!r}, run_id={run!r}, prompt_id=str(i)), SandboxSettings())\n"
             "os._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
@@ -187,8 +188,8 @@ def test_sandbox_cleanup_removes_only_containers_of_dead_runs(sandbox_image, doc
     from hermes.sandbox import open_sandbox
 
     dead_run, other_dead_run = uniq("dead"), uniq("dead-too")
-    make_dead_containers(dead_run, 2)
-    make_dead_containers(other_dead_run, 1)
+    make_dead_containers(dead_run, 2, sandbox_image)
+    make_dead_containers(other_dead_run, 1, sandbox_image)
     live = open_sandbox(SandboxSpec(image=sandbox_image, run_id=dead_run, prompt_id="live"), SandboxSettings())
     try:
         assert len(containers_of(docker_engine, dead_run)) == 3
@@ -256,10 +257,12 @@ def lazy(sandbox_image, docker_engine):
 
 def test_prefetch_starts_the_container_before_the_first_tool_call(lazy, docker_engine):
     box = lazy(prefetch=True)
-    wait_until("the prefetched container", lambda: containers_of(docker_engine, lazy.run))
+    before = wait_until("the prefetched container", lambda: containers_of(docker_engine, lazy.run))
     assert box.wait is None  # no tool call yet
     assert box.exec("echo ready").output == "ready\n"
-    assert box.wait is not None and box.wait >= 0
+    # The first tool call ran in the container made before it, and no other was made.
+    assert [c.id for c in containers_of(docker_engine, lazy.run)] == [c.id for c in before] and len(before) == 1
+    assert isinstance(box.wait, float) and box.wait >= 0
     box.close()
     assert containers_of(docker_engine, lazy.run) == []
 
@@ -270,7 +273,7 @@ def test_without_prefetch_no_container_until_a_tool_needs_one(lazy, docker_engin
     assert box.exec("echo made").output == "made\n"
     assert len(containers_of(docker_engine, lazy.run)) == 1
     box.close()
-    assert box.wait is not None
+    assert box.wait > 0  # the first call waited for the container it caused to be made
 
 
 def test_close_during_prefetch_leaves_nothing(lazy, docker_engine):
@@ -278,14 +281,17 @@ def test_close_during_prefetch_leaves_nothing(lazy, docker_engine):
     for box in boxes:  # at once: the containers are still being made
         box.close()
     assert containers_of(docker_engine, lazy.run) == []
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(SandboxError, match="closed"):
         boxes[0].exec("true")
 
 
 def test_prefetch_failure_reaches_the_first_tool_call(lazy, docker_engine):
     from hermes.sandbox import ImageUnavailable
 
-    box = lazy(prefetch=True, image=f"hermes-test/never-built-{secrets.token_hex(3)}:1")
+    image = unpullable_image(f"never-built-{secrets.token_hex(3)}")  # a closed registry on loopback
+    with pytest.raises(ImageUnavailable, match=f"image not available: {re.escape(image)}"):
+        lazy(prefetch=True, image=image).exec("true")
+    box = lazy(prefetch=True, image=image)
     with pytest.raises(ImageUnavailable, match="image not available"):
         box.exec("true")
     with pytest.raises(ImageUnavailable):  # a later call tries again, and says the same
@@ -314,7 +320,7 @@ def test_engine_here_applies_every_limit(sandbox_image, docker_engine):
     assert containers_of(docker_engine, run) == []  # the probe container is gone
 
 
-def test_run_refused_when_a_limit_would_not_apply(tmp_path, sandbox_image, docker_engine):
+def test_run_refused_when_a_limit_would_not_apply(tmp_path, sandbox_image, docker_engine, caplog):
     """memory="0" is a request the engine answers with no memory limit at all: the same
     read-back that catches an engine dropping a limit refuses the run, naming the limit."""
     from hermes.rundir import RunRefused
@@ -331,5 +337,8 @@ def test_run_refused_when_a_limit_would_not_apply(tmp_path, sandbox_image, docke
     assert containers_of(docker_engine, settings.run_name) == []
 
     settings.sandbox.allow_weaker_sandbox = True
-    session = RunSession.open(settings)  # accepted: the run goes on, saying so
+    with caplog.at_level("WARNING", logger="hermes"):
+        session = RunSession.open(settings)  # accepted: the run goes on, saying so
     session.close()
+    said = [r.getMessage() for r in caplog.records if "SANDBOX WEAKER THAN ASKED" in r.getMessage()]
+    assert said and "memory limit" in said[0], caplog.text

@@ -71,7 +71,7 @@ async def health_detailed(request: Request):
     checks = {
         "response_store": {"status": "ok", **state.store.counts()},
         "model": {"status": "configured"},
-        "sandbox": {"status": await run_in_threadpool(_sandbox_status, state.service.sandbox.backend),
+        "sandbox": {"status": "ok" if await run_in_threadpool(state.service.backend.available) else "unavailable",
                     "backend": state.service.sandbox.backend},
         "disk": {"status": "ok" if shutil.disk_usage(state.settings.store_path.parent).free > MIN_FREE_BYTES else "low"},
         "jobs": {"status": "disabled" if state.jobs is None
@@ -83,14 +83,6 @@ async def health_detailed(request: Request):
             "readiness": {"checks": checks},
             "runs": state.runs.counts(),
             "agent_runs": state.service.counts()}
-
-
-def _sandbox_status(backend: str) -> str:
-    if backend != "docker":
-        return "ok"
-    from hermes.sandbox.docker import engine_available
-
-    return "ok" if engine_available() else "unavailable"
 
 
 async def _jobs_ok(jobs) -> bool:

@@ -1,14 +1,17 @@
 """The sandbox protocol: one small interface, several backends (docker, local).
 
-Every tool call a model makes runs through a Sandbox. Backends live beside this file.
+Every tool call a model makes runs through a Sandbox. A backend (hermes/sandbox/registry.py)
+makes them and owns their whole lifecycle; backends live beside this file and register
+themselves under the name `settings.backend` gives.
 """
 from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 #: label every container made by this product carries; its value is the run id
 LABEL_RUN = "hermes-batch.run"
@@ -29,6 +32,10 @@ class EngineTimeout(SandboxError):
     such calls queued). The prompt should fail now: asking again would only wait again."""
 
 
+class WeakerSandbox(SandboxError):
+    """The engine cannot apply a limit and the run did not accept that."""
+
+
 class ImageUnavailable(SandboxError):
     """The prompt's image is neither present locally nor pullable in time."""
 
@@ -47,19 +54,46 @@ class ExecResult:
     duration: float = 0.0   # seconds, host side
 
 
+def _backend_names() -> tuple[str, ...]:
+    from hermes.sandbox.registry import backend_names  # importing hermes.sandbox registers them all
+
+    return backend_names()
+
+
+def _registered(name: str) -> str:
+    names = _backend_names()
+    if name not in names:
+        raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                  {"expected": " or ".join(repr(n) for n in names)})
+    return name
+
+
+#: a sandbox backend's name: the registry, not a Literal here, says which exist (a new backend
+#: is one module); forms and schemas list them as an enum
+BackendName = Annotated[str, AfterValidator(_registered),
+                        Field(json_schema_extra=lambda schema: schema.update(enum=list(_backend_names())))]
+
+
+#: a size as the Docker engine takes it: digits and an optional unit b, k, m or g ("512m", "1g")
+SIZE_PATTERN = r"^[0-9]+[bkmgBKMG]?$"
+
+
 class SandboxSettings(BaseModel):
     """How sandboxes are made. Every default is the safe one."""
 
-    backend: Literal["docker", "local"] = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is refused, not ignored
+
+    backend: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
     image: str = Field("hermes-sandbox:latest", description="image for rows that name none")
     network: bool = Field(False, description="give containers network access")
-    memory: str = Field("1g", description="memory limit per container (swap not allowed beyond it)")
+    memory: str = Field("1g", pattern=SIZE_PATTERN, description="memory limit per container, like 512m or 2g "
+                        "(swap not allowed beyond it)")
     cpus: float = Field(1.0, gt=0, description="CPU limit per container")
     pids_limit: int = Field(256, gt=0, description="process limit per container")
     user: str = Field("65534:65534", description="uid:gid commands run as (non-root)")
     read_only: bool = Field(True, description="read-only root filesystem, writable tmpfs work space")
     workdir: str = Field("/workspace", description="working directory when the row names no cwd")
-    tmpfs_size: str = Field("256m", description="size cap of each writable tmpfs (/tmp, workdir, the row's cwd); "
+    tmpfs_size: str = Field("256m", pattern=SIZE_PATTERN, description="size cap of each writable tmpfs (/tmp, workdir, the row's cwd); "
                             "their contents count against `memory`: keep the sum below it")
     command_timeout: float = Field(60.0, description="seconds before a command is killed")
     output_limit: int = Field(50_000, description="characters of command output returned to the model")
@@ -73,6 +107,17 @@ class SandboxSettings(BaseModel):
                                   "including its wait for an engine slot, before the prompt fails")
     prefetch: bool = Field(True, description="start a prompt's container while the model is thinking, "
                            "so its first tool call rarely waits for one")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A container (or whatever a backend makes per prompt) found still there."""
+
+    id: str
+    name: str
+    run: str
+    owner: str
+    alive: bool | None  # is its owner process still running? None: cannot tell (another host, no label)
 
 
 @dataclass
@@ -107,8 +152,12 @@ class Sandbox(Protocol):
     def write_file(self, path: str, data: bytes) -> None:
         """Create parent directories as needed."""
 
-    def close(self) -> None:
-        """Release everything; safe to call twice."""
+    def warm(self) -> None:
+        """Get ready for the first call (e.g. open a command channel) ahead of it; may do nothing."""
+
+    def close(self, wait: bool = True) -> None:
+        """Release everything; safe to call twice. `wait=False`: the release may finish in the
+        background (the backend's end_run waits for it)."""
 
 
 # --------------------------------------------------------------------------- shared helpers

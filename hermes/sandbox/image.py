@@ -155,7 +155,7 @@ def offline_context(busybox: str | None = None) -> bytes:
 def _client(client: docker.DockerClient | None) -> docker.DockerClient:
     if client is not None:
         return client
-    from hermes.sandbox.docker import get_client
+    from hermes.sandbox.docker.engine import get_client
 
     return get_client()
 
@@ -211,9 +211,10 @@ def ensure_default_image(tag: str = DEFAULT_TAG, *, client: docker.DockerClient 
 
 
 def _cleanup_command(run: str | None, everything: bool, dry_run: bool) -> int:
-    from hermes.sandbox.docker import leftovers, remove
+    from hermes.sandbox import get_backend
 
-    found = leftovers(run)
+    backend = get_backend()  # the default settings' backend: the one whose sandboxes outlive a crash
+    found = backend.leftovers(run)
     gone = [c for c in found if everything or c.alive is False]
     kept = [c for c in found if c not in gone]
     for c in gone:
@@ -222,7 +223,7 @@ def _cleanup_command(run: str | None, everything: bool, dry_run: bool) -> int:
     if dry_run:
         print(f"would remove {len(gone)} container(s)")
     else:
-        print(f"removed {remove(gone)} container(s)")
+        print(f"removed {backend.remove(gone)} container(s)")
     if kept:
         print(f"kept {len(kept)} container(s) of live runs or of owners this host cannot check; --all removes them too")
     return 0

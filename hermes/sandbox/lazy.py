@@ -7,12 +7,11 @@ way and removes its result, so no path leaks a container.
 
 With `remove_in_background` (what a run's prompts use), close() hands the container to the
 backend's background removers instead of waiting for the engine, so the prompt's worker slot
-is free at once; the run waits for them at its end (hermes.sandbox.drain_removals).
+is free at once; the run waits for them at its end (the backend's end_run).
 """
 from __future__ import annotations
 
 import contextvars
-import inspect
 import threading
 import time
 from typing import Callable
@@ -52,9 +51,7 @@ class LazySandbox:
             self._failure = e
             return
         self._sandbox = sandbox
-        warm = getattr(sandbox, "warm", None)
-        if warm is not None:
-            warm()  # the docker backend opens its command channel now, not at the first tool call
+        sandbox.warm()  # the docker backend opens its command channel now, not at the first tool call
 
     def _await_prefetch(self) -> None:
         building, self._building = self._building, None
@@ -100,10 +97,7 @@ class LazySandbox:
             sandbox, self._sandbox = self._sandbox, None
         if sandbox is None:
             return
-        if self._remove_in_background and "wait" in inspect.signature(sandbox.close).parameters:
-            sandbox.close(wait=False)
-        else:
-            sandbox.close()
+        sandbox.close(wait=not self._remove_in_background)
 
     def __enter__(self) -> "LazySandbox":
         return self

@@ -6,7 +6,8 @@
 
 Every container carries `hermes-batch.owner=<hostname>:<pid>` of the process that made it. A
 container whose owner is on this host and no longer alive belongs to a dead run: anyone may
-remove it. Plain Python, no Prefect: the flow process calls RunGuard where the run opens.
+remove it. Plain Python, no Prefect: a backend's guard_run installs a RunGuard as the run opens
+(SandboxBackend.open_run); the generic parts here (owners, stopping runs) serve every backend.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from hermes.sandbox.base import ExecResult, OutputCap, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
+from hermes.sandbox.base import ExecResult, OutputCap, Sandbox, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
+from hermes.sandbox.registry import SandboxBackend, register
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,11 @@ class LocalSandbox:
 
     # -- life -----------------------------------------------------------------
 
-    def close(self) -> None:
+    def warm(self) -> None:
+        """Nothing to get ready: the folder exists from the start."""
+
+    def close(self, wait: bool = True) -> None:
+        """Kill what is left of its commands and remove the folder (at once: `wait` changes nothing)."""
         with self._lock:
             if self._closed:
                 return
@@ -182,3 +187,14 @@ class LocalSandbox:
 
     def __repr__(self) -> str:
         return f"LocalSandbox(root={str(self.root)!r}, cwd={self.cwd!r})"
+
+
+@register
+class LocalBackend(SandboxBackend):
+    """Commands on this host, in a temporary folder per prompt. Nothing outlives the process
+    but what its commands leave, so every lifecycle hook but open() is the default no-op."""
+
+    name = "local"
+
+    def open(self, spec: SandboxSpec) -> Sandbox:
+        return LocalSandbox(spec, self.settings)

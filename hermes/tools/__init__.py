@@ -1,137 +1,91 @@
-"""The tool registry: every tool the system has, its toolset, its JSON schema and run().
+"""Every tool the system has, by toolset, and the one place a model's tool call is run.
 
     tools = tools_for(["terminal", "file"])
-    schemas = openai_schemas(tools)                     # -> the model request's `tools`
-    result = run_tool(call.name, call.arguments, sb)    # -> JSON string, never raises
+    schemas = openai_schemas(tools)                   # -> the model request's `tools`
+    result = run_tool(call.name, call.arguments, ctx) # -> JSON string, never raises
 
-A tool's `run(sandbox, args)` receives arguments that `run_tool` has already parsed and
-checked against the schema (required parameters present, types right, enums respected,
-nulls for optional parameters dropped) and returns a JSON string.
+Toolsets register themselves (hermes/tools/registry.py); adding one is a module plus one import
+line below. `ctx` is the prompt's hermes.tools.context.ToolContext (a bare sandbox is accepted
+too, for callers that only have one). A tool's `run(ctx, args)` receives arguments already parsed
+and checked against its schema (required parameters present, types right, enums respected,
+nulls for optional parameters dropped) and returns a JSON string or a JSON-able value.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from collections.abc import Mapping
+from typing import Any
 
-from hermes.tools import files as _files
-from hermes.tools import terminal as _terminal
+# Toolsets: importing a module registers it. Keep this the only list of them.
+from hermes.tools import terminal as _terminal  # noqa: F401
+from hermes.tools import files as _files  # noqa: F401
+from hermes.tools import web as _web  # noqa: F401
+from hermes.tools import vision as _vision  # noqa: F401 - before browser, whose browser_vision uses it
+from hermes.tools import browser as _browser  # noqa: F401
+from hermes.tools import image_gen as _image_gen  # noqa: F401
+
+from hermes.tools.registry import load_plugins
+
+load_plugins()  # toolsets of the user's own, named by HERMES_TOOLSET_MODULES
+
 from hermes.tools._common import dumps, error
+from hermes.tools.context import CallContext, ModelEndpoint, SharedResources, ToolContext, env_secret
+from hermes.tools.registry import (
+    Tool,
+    Toolset,
+    availability,
+    get_tool,
+    needs_sandbox,
+    openai_schemas,
+    register,
+    tools,
+    tools_for,
+    toolset_settings_model,
+    toolsets,
+    usable_toolsets,
+)
+from hermes.tools.validation import _json_type, validate_arguments
 
-__all__ = ["Tool", "TOOLS", "TOOLSETS", "tools_for", "openai_schemas", "run_tool", "validate_arguments"]
+__all__ = ["Tool", "Toolset", "TOOLS", "TOOLSETS", "ToolContext", "CallContext", "ModelEndpoint", "SharedResources",
+           "register", "tools_for", "openai_schemas", "needs_sandbox", "run_tool", "validate_arguments",
+           "toolset_settings_model", "usable_toolsets", "availability", "env_secret", "get_tool", "toolsets",
+           "all_tool_names"]
 
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    toolset: str
-    description: str
-    parameters: dict = field(hash=False, compare=False)
-    run: Callable[[Any, dict], str] = field(hash=False, compare=False, repr=False)
-
-    @property
-    def required(self) -> list[str]:
-        return list(self.parameters.get("required", []))
-
-    def openai_schema(self) -> dict:
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
-
-
-TOOLS: dict[str, Tool] = {spec["name"]: Tool(**spec) for spec in (*_terminal.TOOL_SPECS, *_files.TOOL_SPECS)}
-
-TOOLSETS: dict[str, list[str]] = {}
-for _tool in TOOLS.values():
-    TOOLSETS.setdefault(_tool.toolset, []).append(_tool.name)
-del _tool
+#: live views of the registry: tool name -> Tool, toolset name -> its tool names
+TOOLS = tools()
 
 
-def tools_for(toolsets: Iterable[str]) -> list[Tool]:
-    """The tools of these toolsets, in registry order; toolsets with no tools here are ignored."""
-    wanted = set(toolsets)
-    return [tool for tool in TOOLS.values() if tool.toolset in wanted]
+class _ToolsetNames(Mapping):
+    """toolset name -> its tool names, always current (tests may register example toolsets)."""
+
+    def __getitem__(self, name: str) -> list[str]:
+        return [t.name for t in toolsets()[name].tools]
+
+    def __iter__(self):
+        return iter(toolsets())
+
+    def __len__(self) -> int:
+        return len(toolsets())
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
-def openai_schemas(tools: Iterable[Tool]) -> list[dict]:
-    return [tool.openai_schema() for tool in tools]
+TOOLSETS = _ToolsetNames()
 
 
-# --------------------------------------------------------------------------- validation
-
-_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number",
-               "boolean": "a boolean", "object": "an object", "array": "an array"}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+def all_tool_names() -> list[str]:
+    """Every registered tool, sorted: the columns of every entry's tool_stats."""
+    return sorted(tools())
 
 
-def _coerce(value: Any, expected: str) -> tuple[bool, Any]:
-    """(ok, value): accept the value as `expected`, allowing only lossless conversions
-    models commonly make (5.0 or "5" for an integer, "true" for a boolean)."""
-    actual = _json_type(value)
-    if actual == expected or (expected == "number" and actual == "integer"):
-        return True, value
-    if expected == "integer":
-        if actual == "number" and float(value).is_integer():
-            return True, int(value)
-        if actual == "string" and value.strip().lstrip("+-").isdigit():
-            return True, int(value.strip())
-    if expected == "number" and actual == "string":
-        try:
-            return True, float(value)
-        except ValueError:
-            return False, value
-    if expected == "boolean" and actual == "string" and value.strip().lower() in ("true", "false"):
-        return True, value.strip().lower() == "true"
-    return False, value
-
-
-def validate_arguments(tool: Tool, args: dict) -> tuple[dict | None, str | None]:
-    """(clean args, None) or (None, error message naming the parameter)."""
-    props: dict = tool.parameters.get("properties", {})
-    clean = {k: v for k, v in args.items() if not (v is None and k not in tool.required)}
-    for name in tool.required:
-        if clean.get(name) is None:
-            return None, f"Missing required parameter '{name}' for tool '{tool.name}'"
-    for name, value in list(clean.items()):
-        schema = props.get(name)
-        if schema is None:
-            continue  # extra parameters are ignored, as models add them freely
-        expected = schema.get("type")
-        if expected:
-            ok, value = _coerce(value, expected)
-            if not ok:
-                return None, (f"Parameter '{name}' of tool '{tool.name}' must be "
-                              f"{_TYPE_NAMES.get(expected, expected)}, got {_json_type(clean[name])}")
-            clean[name] = value
-        if "enum" in schema and value not in schema["enum"]:
-            allowed = ", ".join(repr(v) for v in schema["enum"])
-            return None, f"Parameter '{name}' of tool '{tool.name}' must be one of {allowed}, got {value!r}"
-    return clean, None
-
-
-# --------------------------------------------------------------------------- dispatch
-
-def run_tool(name: str, arguments: str | dict | None, sandbox: Any) -> str:
-    """Run one model tool call in `sandbox`. Always returns a JSON string; never raises."""
+def run_tool(name: str, arguments: str | dict | None, ctx: Any, call_id: str = "") -> str:
+    """Run one model tool call. Always returns a JSON string; never raises."""
     try:
-        tool = TOOLS.get(name) if isinstance(name, str) else None
-        if tool is None:
+        tool = get_tool(name)
+        offered = ctx.offered if isinstance(ctx, ToolContext) else None
+        if tool is None or (offered is not None and name not in offered):
+            # A registered tool the conversation was not offered is as unknown to it as an invented one.
             return error(f"Unknown tool: {name}")
         if isinstance(arguments, dict):
             args: Any = arguments
@@ -147,7 +101,9 @@ def run_tool(name: str, arguments: str | dict | None, sandbox: Any) -> str:
         clean, problem = validate_arguments(tool, args)
         if problem:
             return error(problem)
-        result = tool.run(sandbox, clean)
+        if not isinstance(ctx, ToolContext):
+            ctx = ToolContext(sandbox=ctx)
+        result = tool.run(ctx.for_call(tool.toolset, call_id), clean)
         if isinstance(result, str):
             return result
         return dumps(result)

@@ -52,3 +52,13 @@ def marked_lines(output: str) -> list[str]:
 def unmarked(output: str) -> str:
     """Everything the script printed that is not a MARK line (usually stderr noise)."""
     return "\n".join(line for line in output.splitlines() if MARK not in line).strip()
+
+
+def in_sandbox(fn):
+    """Adapt a tool written against the prompt's sandbox, run(sandbox, args), to run(ctx, args)."""
+    def run(ctx: Any, args: dict) -> Any:
+        return fn(ctx.sandbox, args)
+
+    run.__name__ = getattr(fn, "__name__", "run")
+    run.__wrapped__ = fn
+    return run

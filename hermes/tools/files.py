@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from hermes.sandbox.base import SandboxError
-from hermes.tools._common import MARK, dumps, error, marked_lines, q, sandbox_timeout_limit
+from hermes.tools._common import MARK, dumps, error, in_sandbox, marked_lines, q, sandbox_timeout_limit
+from hermes.tools.registry import Tool, Toolset, register
 
 READ_DEFAULT_LIMIT = 500
 READ_MAX_LIMIT = 2000
@@ -340,21 +341,23 @@ head -c 2000 "$e" 2>/dev/null
     return dumps(payload)
 
 
-TOOL_SPECS = [
-    dict(name="read_file", toolset="file",
+TOOLSET = register(Toolset(
+    name="file", needs_sandbox=True, description="file reading, writing, patching and search in the prompt's sandbox",
+    tools=[
+    Tool(name="read_file",
          description=("Read a text file with line numbers ('     N|text'), paginated with offset/limit. "
                       "Use this instead of cat/head/tail. Binary files are reported, not shown."),
-         parameters=READ_FILE_PARAMETERS, run=run_read_file),
-    dict(name="write_file", toolset="file",
+         parameters=READ_FILE_PARAMETERS, run=in_sandbox(run_read_file)),
+    Tool(name="write_file",
          description=("Write content to a file, replacing it completely (parent directories are created). "
                       "Use patch for targeted edits."),
-         parameters=WRITE_FILE_PARAMETERS, run=run_write_file),
-    dict(name="patch", toolset="file",
+         parameters=WRITE_FILE_PARAMETERS, run=in_sandbox(run_write_file)),
+    Tool(name="patch",
          description=("Targeted find-and-replace edit of one file: old_string must match exactly and be "
                       "unique unless replace_all=true. Returns a unified diff. Use this instead of sed."),
-         parameters=PATCH_PARAMETERS, run=run_patch),
-    dict(name="search_files", toolset="file",
+         parameters=PATCH_PARAMETERS, run=in_sandbox(run_patch)),
+    Tool(name="search_files",
          description=("Search file contents with an extended regex (target='content', optional file_glob), "
                       "or find files by name glob (target='files'). Use this instead of grep/find/ls."),
-         parameters=SEARCH_FILES_PARAMETERS, run=run_search_files),
-]
+         parameters=SEARCH_FILES_PARAMETERS, run=in_sandbox(run_search_files)),
+]))

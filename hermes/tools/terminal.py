@@ -17,10 +17,12 @@ from hermes.tools._common import (
     dumps,
     error,
     fmt_seconds,
+    in_sandbox,
     marked_lines,
     q,
     sandbox_timeout_limit,
 )
+from hermes.tools.registry import Tool, Toolset, register
 
 PROCS_DIR = "/tmp/.hermes_procs"
 # In the sandbox's shell: /tmp/.hermes_procs in containers (TMPDIR=/tmp there); a local
@@ -418,9 +420,10 @@ def run_process(sandbox: Any, args: dict) -> str:
     return error(f"Unknown action: {action}")  # unreachable: the schema's enum is checked first
 
 
-TOOL_SPECS = [
-    dict(name="terminal", toolset="terminal", description=TERMINAL_DESCRIPTION,
-         parameters=TERMINAL_PARAMETERS, run=run_terminal),
-    dict(name="process", toolset="terminal", description=PROCESS_DESCRIPTION,
-         parameters=PROCESS_PARAMETERS, run=run_process),
-]
+TOOLSET = register(Toolset(
+    name="terminal", needs_sandbox=True, description="shell commands in the prompt's sandbox", tools=[
+    Tool(name="terminal", description=TERMINAL_DESCRIPTION,
+         parameters=TERMINAL_PARAMETERS, run=in_sandbox(run_terminal)),
+    Tool(name="process", description=PROCESS_DESCRIPTION,
+         parameters=PROCESS_PARAMETERS, run=in_sandbox(run_process)),
+]))

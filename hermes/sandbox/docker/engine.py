@@ -75,15 +75,15 @@ class _Gate:
                 self._cond.notify()
 
 
-_gate = _Gate(SandboxSettings().engine_concurrency)
+gate = _Gate(SandboxSettings().engine_concurrency)
 
 
 @contextlib.contextmanager
-def _engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
+def engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
     """One gated engine call; a time-out becomes EngineTimeout (the SDK raises requests' own
     exceptions for it, which are no DockerException)."""
-    _gate.resize(settings.engine_concurrency)
-    with _gate.slot(what, settings.engine_timeout):
+    gate.resize(settings.engine_concurrency)
+    with gate.slot(what, settings.engine_timeout):
         try:
             yield
         except requests.exceptions.Timeout as e:
@@ -95,7 +95,7 @@ def _engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
 _lifecycle_clients: dict[float, docker.DockerClient] = {}
 
 
-def _lifecycle_client(client: docker.DockerClient, timeout: float) -> docker.DockerClient:
+def lifecycle_client(client: docker.DockerClient, timeout: float) -> docker.DockerClient:
     """A client whose calls give up after `timeout` s: the shared one waits 120 s, which an
     engine call of a prompt should never. Only for the process-wide default client."""
     if client is not _client:
@@ -161,7 +161,7 @@ def engine_problems(client: docker.DockerClient | None = None) -> list[str]:
         return problems
 
 
-def _report_create_warnings(warnings: list[str] | None) -> None:
+def report_create_warnings(warnings: list[str] | None) -> None:
     for w in warnings or []:
         with _engine_lock:
             if w in _seen_warnings:
@@ -170,7 +170,7 @@ def _report_create_warnings(warnings: list[str] | None) -> None:
         _loud("engine said on container create: %s", w)
 
 
-def _host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
+def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
     """What the engine did not apply, read back from a container's HostConfig."""
     expect = {
         "Memory": ("memory limit", lambda v: bool(v)),
@@ -187,14 +187,14 @@ def _host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
             for field, (what, ok) in expect.items() if not ok(hc.get(field))]
 
 
-def _verify_host_config(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
+def verify_host_config(client: docker.DockerClient, cid: str, settings: SandboxSettings) -> None:
     """Once per process and settings: read back what the engine actually applied."""
     key = (_key(client), settings.model_dump_json())
     with _engine_lock:
         if key in _verified:
             return
         _verified.add(key)
-    for problem in _host_config_problems(client.api.inspect_container(cid).get("HostConfig") or {}, settings):
+    for problem in host_config_problems(client.api.inspect_container(cid).get("HostConfig") or {}, settings):
         _loud("container %s: %s", cid[:12], problem)
 
 
@@ -221,11 +221,11 @@ def ensure_image(*args: Any, pull_timeout: float | None = None, client: docker.D
     image = rest.pop(0)
     if rest:
         pull_timeout = rest.pop(0)
-    _image_config(image, 120.0 if pull_timeout is None else float(pull_timeout), client or get_client())
+    image_config(image, 120.0 if pull_timeout is None else float(pull_timeout), client or get_client())
     return image
 
 
-def _image_config(image: str, pull_timeout: float, client: docker.DockerClient) -> dict:
+def image_config(image: str, pull_timeout: float, client: docker.DockerClient) -> dict:
     key = (_key(client), image)
     if key in _images_ok:
         return _images_ok[key]

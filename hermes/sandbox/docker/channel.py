@@ -8,7 +8,7 @@ order. The wrapper prints an end marker after the command, so a command that lea
 background process holding its output returns at once instead of waiting for the engine's
 I/O grace period.
 
-A sandbox's one exec is a command channel (see _SERVER): a small `sh` loop taking framed
+A sandbox's one exec is a command channel (see SERVER): a small `sh` loop taking framed
 requests (run a command under the wrapper above, read a file, write a file) on its stdin, so
 a tool call costs no engine round trip; a call that cannot have it gets an exec of its own
 (the same texts, run directly), as all calls once did.
@@ -27,7 +27,7 @@ from hermes.sandbox.base import SandboxError
 
 # $1 nonce, $2 seconds, $3 cwd, $4 command. fd 3 is the control channel (the exec's stderr);
 # the command's stdout and stderr both go to the exec's stdout, in order.
-_WRAPPER = r"""exec 3>&2 2>&1
+WRAPPER = r"""exec 3>&2 2>&1
 n=$1 t=$2 d=$3 c=$4
 cd -- "$d" 2>/dev/null || { mkdir -p -- "$d" 2>/dev/null; cd -- "$d"; } || { printf '\n%s 126 1\n' "$n"; exit 126; }
 if command -v setsid >/dev/null 2>&1; then
@@ -52,14 +52,14 @@ printf '\n%s %s %s\n' "$n" "$r" "$f"
 """
 
 # $1 cwd, $2 path: enter cwd, then say why the file cannot be read (exit 3/4/5) or return 0.
-_READ_CHECKS = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
+READ_CHECKS = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 [ -e "$2" ] || { echo "No such file or directory: $2" >&2; exit 3; }
 [ -d "$2" ] && { echo "Is a directory: $2" >&2; exit 4; }
 [ -r "$2" ] || { echo "Permission denied: $2" >&2; exit 5; }
 """
-_READ = _READ_CHECKS + 'exec cat -- "$2"\n'
+READ = READ_CHECKS + 'exec cat -- "$2"\n'
 
-_WRITE = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
+WRITE = r"""cd -- "$1" 2>/dev/null || { mkdir -p -- "$1" 2>/dev/null && cd -- "$1"; } || cd /
 p=$2
 if [ -d "$p" ]; then cat >/dev/null; echo "Is a directory: $p" >&2; exit 4; fi
 d=$(dirname -- "$p")
@@ -70,7 +70,7 @@ if ! cat > "$p"; then cat >/dev/null; exit 5; fi
 
 # The command channel: one `sh` per container, started once, serving every later command and
 # file operation of the sandbox over its exec's stdin/stdout/stderr, so a tool call costs no
-# engine round trip. Its text comes over stdin (see _server_text: in argv it would fill every
+# engine round trip. Its text comes over stdin (see server_text: in argv it would fill every
 # `ps` listing), set up with W the exec wrapper, R the read checks, V the write script (the
 # texts the per-call path runs); it says "~hermes-channel PID" on stderr when it listens. One request a line on stdin; arguments are base64 (of the
 # text plus "."), so no byte of a command or path can end a line or a field:
@@ -84,7 +84,7 @@ if ! cat > "$p"; then cat >/dev/null; exit 5; fi
 # environment a command can read), so output can neither fake an answer nor end one early.
 # Commands get /dev/null as stdin: the request stream is this shell's alone. A wrapper killed
 # from inside (kill $PPID) still gets an end marker, from here.
-_SERVER = r"""printf '~hermes-channel %s\n' "$$" >&2
+SERVER = r"""printf '~hermes-channel %s\n' "$$" >&2
 arg() { printf %s "$1" | base64 -d; }
 while IFS=' ' read -r n o a b c; do
   case $o in
@@ -113,26 +113,26 @@ CHANNEL_HELLO_TIMEOUT = 30.0
 #: every later command's (output printed while a later command runs does show in it, as in a terminal)
 STALE_LIMIT = 64 << 10
 #: the channel exec's command: reads exactly its script (nothing else is sent before it answers)
-_BOOT = 'eval "$(head -c {n})"'
+BOOT = 'eval "$(head -c {n})"'
 
 
-def _server_text() -> bytes:
+def server_text() -> bytes:
     """The channel's script with the current wrapper texts in it (read at each opening)."""
     import shlex
 
-    defs = f"W={shlex.quote(_WRAPPER)}\nR={shlex.quote(_READ_CHECKS)}\nV={shlex.quote(_WRITE)}\n"
-    return (defs + _SERVER).encode()
+    defs = f"W={shlex.quote(WRAPPER)}\nR={shlex.quote(READ_CHECKS)}\nV={shlex.quote(WRITE)}\n"
+    return (defs + SERVER).encode()
 
 
-def _arg(text: str) -> str:
+def arg(text: str) -> str:
     return base64.b64encode(text.encode("utf-8", "surrogateescape") + b".").decode("ascii")
 
 
-def _fmt_seconds(t: float) -> str:
+def fmt_seconds(t: float) -> str:
     return f"{max(t, 0.01):.3f}".rstrip("0").rstrip(".")
 
 
-class _Frames:
+class Frames:
     """Reads the engine's multiplexed exec stream: (stream number, payload) pairs."""
 
     def __init__(self, sock: Any):
@@ -170,14 +170,14 @@ class _Frames:
                 pass
 
 
-class _ChannelLost(SandboxError):
+class ChannelLost(SandboxError):
     """The channel's shell was gone before it took the request: it can be sent again on a new one."""
 
 
-class _Channel:
-    """The open exec of a container's command channel (see _SERVER): requests out, frames in."""
+class Channel:
+    """The open exec of a container's command channel (see SERVER): requests out, frames in."""
 
-    def __init__(self, exec_id: str, frames: _Frames):
+    def __init__(self, exec_id: str, frames: Frames):
         self.exec_id = exec_id
         self.frames = frames
         self.pid: str | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import threading
 from typing import Any
 
 import docker
@@ -27,8 +28,8 @@ from hermes.sandbox.base import (
     SandboxSpec,
     resolve_cwd,
 )
-from hermes.sandbox.engine import _engine_lock, _host_config_problems, _image_config, engine_problems, get_client
-from hermes.sandbox.removal import _remove
+from hermes.sandbox.docker.engine import engine_problems, get_client, host_config_problems, image_config
+from hermes.sandbox.docker.removal import remove_one
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def _tmpfs_plan(cwd: str, settings: SandboxSettings, image_workdir: str,
 # --------------------------------------------------------------------------- create arguments
 
 
-def _container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, image_cfg: dict) -> dict[str, Any]:
+def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, image_cfg: dict) -> dict[str, Any]:
     """create_container's arguments: the hardened defaults, the labels, the work space."""
     if _is_root(s.user):
         log.warning("SANDBOX RUNS AS ROOT: settings.user=%r (the safe default is 65534:65534)", s.user)
@@ -106,11 +107,12 @@ def _container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, i
                 environment={"HOME": "/tmp", "TMPDIR": "/tmp"})
 
 
+_said_lock = threading.Lock()
 _said_read_only: set[tuple[str, str]] = set()
 
 
 def _say_cwd_read_only(image: str, cwd: str, why: str, s: SandboxSettings) -> None:
-    with _engine_lock:
+    with _said_lock:
         if (image, cwd) in _said_read_only:
             return
         _said_read_only.add((image, cwd))
@@ -176,12 +178,12 @@ def limit_problems(settings: SandboxSettings, image: str | None = None, *, run_i
 
 def _probe(client: docker.DockerClient, settings: SandboxSettings, image: str, run_id: str) -> list[str]:
     try:
-        image_cfg = _image_config(image, settings.pull_timeout, client)
+        image_cfg = image_config(image, settings.pull_timeout, client)
     except SandboxError as e:
         log.warning("sandbox limits not probed: %s", e)
         return []
     spec = SandboxSpec(image=image, run_id=run_id, prompt_id="probe")
-    args = _container_args(client.api, spec, settings, resolve_cwd(None, settings.workdir), image_cfg)
+    args = container_args(client.api, spec, settings, resolve_cwd(None, settings.workdir), image_cfg)
     try:
         res = client.api.create_container(**args)
     except DockerException as e:
@@ -189,6 +191,6 @@ def _probe(client: docker.DockerClient, settings: SandboxSettings, image: str, r
     try:
         hc = client.api.inspect_container(res["Id"]).get("HostConfig") or {}
         created = [f"engine said on container create: {w}" for w in res.get("Warnings") or []]
-        return created + _host_config_problems(hc, settings)
+        return created + host_config_problems(hc, settings)
     finally:
-        _remove(client, res["Id"])
+        remove_one(client, res["Id"])

@@ -1,0 +1,90 @@
+"""A journal entry: one finished prompt, as hermes.runner builds it and hermes.journal appends it.
+
+The reference's trajectory fields, then the `hermes` block (what this system adds: the prompt's
+key, its status, its error, usage, timings). trajectories.jsonl is the entry without that block.
+
+The byte-slicing contract with the run index (hermes.run_index.split_entry / _outcome): the
+fields are serialised in declaration order, and the last five are, in this order,
+`api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts`, `hermes`. The index finds a
+line's outcome by cutting it at `, "hermes": {` and decodes only from `, "api_calls": ` on;
+merge copies a trajectory as the line cut at `, "hermes": {`, never re-encoded. Reordering
+these fields, or adding one after `api_calls`, silently turns every line into a whole decode
+and re-encode: tests/test_entry.py fails first.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Status(str, Enum):
+    """How a prompt ended. Only `failed` is owed again (on --resume); merge keeps completed and
+    partial ones and counts discarded ones (no reasoning)."""
+
+    COMPLETED = "completed"  # the model answered on its own
+    PARTIAL = "partial"      # stopped at max_turns while still calling tools
+    DISCARDED = "discarded"  # ran, but no turn had reasoning (and keep_unreasoned is off)
+    FAILED = "failed"        # an error: the sandbox, the model endpoint, the system
+
+    def __str__(self) -> str:  # the value in f-strings and SQL text, on every Python version
+        return self.value
+
+    __format__ = str.__format__
+
+
+#: what merge writes to trajectories.jsonl
+KEPT = (Status.COMPLETED, Status.PARTIAL)
+
+
+class HermesBlock(BaseModel):
+    """What this system adds to a trajectory; the entry's last field (see the contract above)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    status: Status
+    error: str | None
+    usage: dict[str, Any]
+    elapsed: float
+    #: seconds the first tool call waited for the sandbox to be ready (None: no tool call)
+    sandbox_wait: float | None
+    hallucinated_tools: list[str]
+    reasoning: dict[str, Any]
+    #: auxiliary model calls of tools (vision, image generation) by kind, counted apart from the agent's
+    aux_usage: dict[str, Any] = {}
+    #: files the prompt's tools produced (relative to the run folder)
+    files: list[str] = []
+    #: which try of the prompt in this invocation (1: the first; hermes.requeue puts transient failures back)
+    attempt: int = 1
+    #: this failed attempt was put back in the queue: the prompt's outcome is a later line
+    requeued: bool = False
+
+
+class JournalEntry(BaseModel):
+    """One line of a batch file. Field order is the line's key order (the contract above)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_index: int
+    conversations: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    completed: bool
+    partial: bool
+    # -- from here on: the tail the index decodes (split_entry), `hermes` last --
+    api_calls: int
+    toolsets_used: list[str]
+    tool_stats: dict[str, Any]
+    tool_error_counts: dict[str, Any]
+    hermes: HermesBlock
+
+    def record(self) -> dict[str, Any]:
+        """The entry as the journal writes it: plain JSON values, in the contract's key order."""
+        data = self.model_dump()
+        data["hermes"]["status"] = self.hermes.status.value
+        return data
+
+
+#: the entry's last keys, in order, as hermes.run_index.split_entry relies on them
+TAIL_KEYS = ("api_calls", "toolsets_used", "tool_stats", "tool_error_counts", "hermes")
