@@ -165,8 +165,9 @@ def run_measured(cmd: list[str], *, env: dict[str, str], cwd: Path, log_path: Pa
 class MockServer:
     """`python -m bench.mockserver` in its own process; stop() returns its CPU seconds."""
 
-    def __init__(self, *, latency: float, turns: int, log_path: Path, src: Path = REPO):
+    def __init__(self, *, latency: float, turns: int, log_path: Path, src: Path = REPO, options: tuple = ()):
         self.latency, self.turns, self.log_path, self.src = latency, turns, log_path, src
+        self.options = [str(o) for o in options]  # more mockllm options, e.g. ("--rpm", 600)
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -176,7 +177,7 @@ class MockServer:
         env = {**os.environ, "PYTHONPATH": str(REPO), "HERMES_BENCH_SRC": str(self.src)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.mockserver", "--port", "0", "--latency", str(self.latency),
-             "--turns", str(self.turns)],
+             "--turns", str(self.turns), *self.options],
             stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=REPO)
         line = self.proc.stdout.readline()
         m = re.search(r"(http://\S+/v1)", line)
@@ -189,6 +190,11 @@ class MockServer:
 
     def times(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.root + "/_bench/times", timeout=10) as r:
+            return json.loads(r.read())
+
+    def stats(self) -> dict[str, Any]:
+        """mockllm's counters: requests, ok, rate_limited (429 of --rpm), injected_errors, ..."""
+        with urllib.request.urlopen(self.root + "/_mock/stats", timeout=10) as r:
             return json.loads(r.read())
 
     def cpu(self) -> float:

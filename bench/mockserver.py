@@ -21,6 +21,7 @@ import time
 from collections import Counter
 
 from mockllm import server as mock_llm
+from mockllm.cli import main as mock_main
 
 _lock = threading.Lock()
 _times = {"first": None, "last": None, "chat": 0, "stream": 0}
@@ -72,4 +73,4 @@ mock_llm._Handler.do_POST = do_POST
 
 
 if __name__ == "__main__":
-    sys.exit(mock_llm.main(sys.argv[1:]))
+    sys.exit(mock_main(sys.argv[1:]))

@@ -258,6 +258,10 @@ def render(res: dict) -> str:
     out.append(_table(["workload", "target", "result", "measured"],
                       [[k, t, "**met**" if ok else "**missed**", txt] for k, t, ok, txt in verdicts]) + "\n")
 
+    if res["workloads"].get("6"):
+        from bench.ratelimited import section
+        out.append(section(res["workloads"]["6"]))
+
     # ---------------------------------------------------------------- analysis
     out.append("## Where a target is missed: why, and what would close it\n")
     for key in ("1", "2", "3", "4", "5"):

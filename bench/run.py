@@ -228,7 +228,7 @@ class Systems:
         return cmd, env, out
 
     def run(self, system: str, *, n: int, workers: int, latency: float, turns: int, docker: bool,
-            tag: str, timeout: float) -> dict[str, Any]:
+            tag: str, timeout: float, mock_options: tuple = ()) -> dict[str, Any]:
         self.counter += 1
         run_name = f"hbench-{tag}-{SHORT[system]}-{self.counter}"
         where = self.scratch / "runs" / run_name
@@ -236,7 +236,8 @@ class Systems:
         if not dataset.exists():
             write_dataset(dataset, n)
         batch_size = max(1, math.ceil(n / workers))  # the reference runs one process per batch
-        mock = MockServer(latency=latency, turns=turns, log_path=where / "mock.log", src=self.src)
+        mock = MockServer(latency=latency, turns=turns, log_path=where / "mock.log", src=self.src,
+                          options=mock_options)
         url = mock.start()
         try:
             cmd, env, cwd = self.command(system, dataset=dataset, run_name=run_name, workers=workers,
@@ -248,6 +249,7 @@ class Systems:
                 m.extra["server_cpu"] = self.server.cpu() - server_cpu0
                 m.cpu += m.extra["server_cpu"]
             times = mock.times()
+            mock_stats = mock.stats()
             mock_cpu = mock.cpu()
         finally:
             mock.stop()
@@ -260,6 +262,8 @@ class Systems:
         traj = where / "data" / run_name / "trajectories.jsonl"
         pstats = prompt_stats(traj.parent) if system != "reference" else {}
         written = sum(1 for _ in open(traj, "rb")) if traj.exists() else 0
+        stats_file = traj.parent / "statistics.json"
+        run_stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
         first, last = times.get("first"), times.get("last")
         res = {
             "system": system, "n": n, "workers": workers, "latency": latency, "turns": turns, "docker": docker,
@@ -272,6 +276,8 @@ class Systems:
             "prompts_per_s": n / m.wall, "cpu_per_prompt": m.cpu / n,
             "steady_prompts_per_s": (n / (last - first)) if first and last and last > first else None,
             "log": m.log_path, "command": " ".join(cmd), "batch_size": batch_size,
+            "mock_stats": mock_stats, "retries": run_stats.get("retries"),
+            "failure_reasons": run_stats.get("failure_reasons"), "prompts_failed": run_stats.get("prompts_failed"),
             "server_cpu": m.extra.get("server_cpu"), "phases": phases, "prompt_stats": pstats, "started": m.started, "ended": m.ended,
         }
         log(f"  {system:11s} {tag}: rc={m.rc} wall={m.wall:.1f}s {n / m.wall:.2f} prompts/s cpu/prompt={m.cpu / n:.3f}s "
@@ -419,16 +425,16 @@ def run_data_workload(a: argparse.Namespace, scratch: Path, ref_python: Path | N
 
 FULL = dict(w1_prompts=200, w1_workers=4, w2_prompts=200, w3_prompts=384, w3_workers=64, w3_latency=4.0,
             w4_prompts=640, w4_workers=64, w4_latency=1.0, w5_trajectories=100_000, w5_resume_rows=1_000_000,
-            limit_count=60)
+            limit_count=60, w6_prompts=200, w6_workers=64, w6_latency=0.5, w6_rpm=600.0, w6_error_rate=0.02)
 QUICK = dict(w1_prompts=20, w1_workers=4, w2_prompts=12, w3_prompts=32, w3_workers=16, w3_latency=1.0,
              w4_prompts=64, w4_workers=16, w4_latency=0.5, w5_trajectories=5_000, w5_resume_rows=20_000,
-             limit_count=16)
+             limit_count=16, w6_prompts=40, w6_workers=64, w6_latency=0.5, w6_rpm=600.0, w6_error_rate=0.02)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default="1,2,3,4,5", help="comma list of workloads to run (1-5)")
+    p.add_argument("--workloads", default="1,2,3,4,5,6", help="comma list of workloads to run (1-6)")
     p.add_argument("--quick", action="store_true", help="small sizes and 1 repeat: a smoke check")
     p.add_argument("--repeats", type=int, default=None, help="repeats per workload (default 3; 1 with --quick)")
     p.add_argument("--repeats-for", default="", metavar="W=N,...", help="per-workload repeats, e.g. 3=1,4=1")
@@ -437,7 +443,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help=f"default {v} ({QUICK[k]} with --quick)")
     p.add_argument("--server-variant", default="1,2,3,4", metavar="W,...",
                    help="workloads that also run ours against a standing `prefect server start` ('' for none)")
-    p.add_argument("--direct-variant", default="1,2,3,4", metavar="W,...",
+    p.add_argument("--direct-variant", default="1,2,3,4,6", metavar="W,...",
                    help="workloads that also run ours with --engine direct (no Prefect) ('' for none)")
     p.add_argument("--ours-src", choices=("head", "live"), default="head",
                    help="measure ours from `git archive HEAD` (default: immune to edits during the run) or the live work tree")
@@ -492,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             server = PrefectServer(scratch / "prefect-server-home", scratch / "prefect-server.log")
             server.start()
         systems = Systems(scratch, ref_python, server, Path(src["path"]))
-        if any(w in wanted for w in (1, 2, 3, 4)):
+        if any(w in wanted for w in (1, 2, 3, 4, 6)):
             log("warm-up: one small run of each system (the reference pip-installs a speech package on first run; "
                 "ours creates its Prefect database)")
             results["warmup"] = [
@@ -507,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
                                        server is not None and num in server_for, num in direct_for)
                 other_load[str(num)] = w["other_load_before"]
                 results["workloads"][str(num)] = w
+            elif num == 6:
+                from bench import ratelimited
+                w = ratelimited.run_workload(ratelimited.spec(a), systems, repeats, a.timeout, num in direct_for)
+                other_load["6"] = w["other_load_before"]
+                results["workloads"]["6"] = w
             elif num == 5:
                 other_load["5"] = other_load_sample()
                 results["workloads"]["5"] = run_data_workload(a, scratch, ref_python, repeats, Path(src["path"]))
@@ -551,6 +562,8 @@ def _save(a: argparse.Namespace, results: dict, started: float, other_load: dict
          "640 prompts, 64 workers, 3 calls × 1 s", reps(4)],
         ["5", f"merge {a.w5_trajectories:,} trajectories; resume planning at {a.w5_resume_rows:,} rows",
          "100,000 trajectories; 1,000,000 rows", reps(5)],
+        ["6", f"{a.w6_prompts} prompts, {a.w6_workers} workers, 3 calls × {a.w6_latency} s, cap {a.w6_rpm:g}/min, "
+              f"{a.w6_error_rate:.0%} 500s", "64 workers, cap R", reps(6)],
     ]
     sizes = [s for s in sizes if int(s[0]) in wanted]
     reduced = [s[0] for s in sizes if any(

@@ -11,8 +11,8 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
 }
 
-log "installing the hermes-batch package and its test dependencies"
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+log "installing the hermes-batch package and its test and benchmark dependencies"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,bench]"
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 
 engine_answers() { timeout 20 docker info >/dev/null 2>&1; }

@@ -56,6 +56,10 @@ class HermesBlock(BaseModel):
     aux_usage: dict[str, Any] = {}
     #: files the prompt's tools produced (relative to the run folder)
     files: list[str] = []
+    #: which try of the prompt in this invocation (1: the first; hermes.requeue puts transient failures back)
+    attempt: int = 1
+    #: this failed attempt was put back in the queue: the prompt's outcome is a later line
+    requeued: bool = False
 
 
 class JournalEntry(BaseModel):

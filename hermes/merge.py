@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from hermes import journal, rundir
 from hermes.entry import KEPT, Status
+from hermes.failures import group
 from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
 from hermes.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
 
@@ -32,7 +33,8 @@ def merge(run_path: Path) -> dict[str, Any]:
         with open(tmp, "wb", buffering=1 << 20) as out:
             totals = _copy_winners(index, out)
         tmp.replace(run_path / "trajectories.jsonl")
-        reasons = index.failure_reasons()
+        final_errors = index.final_errors()
+        retried = index.retried_attempts()
         total_prompts = manifest["total_prompts"] if "total_prompts" in manifest else index.prompt_count()
         batches = len(index.files())
     finally:
@@ -53,8 +55,10 @@ def merge(run_path: Path) -> dict[str, Any]:
         "trajectories_written": counts["completed"] + counts["partial"],
         "prompts_completed": counts["completed"],
         "prompts_partial": counts["partial"],
-        "prompts_failed": sum(n for _, n in reasons),
-        "failure_reasons": dict(reasons),
+        "prompts_failed": len(final_errors),
+        # by kind (hermes.failures), each with a count of prompts and one of their messages
+        "failure_reasons": group(final_errors),
+        "retries": retry_stats(retried),
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
         "api_calls": totals["api_calls"],
@@ -124,9 +128,12 @@ def _without_hermes(entry: dict[str, Any]) -> bytes:
     return (json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _reason(error: str) -> str:
-    """Group failures by the first line of their message, cut short, so the counts stay readable."""
-    return error.splitlines()[0][:120] if error else "unknown error"
+def retry_stats(retried: list[tuple[str, str | None, bool]]) -> dict[str, Any]:
+    """How many prompts needed another attempt, how many of them then succeeded, and why they
+    were tried again: the failed attempts by kind (a prompt tried three times counts twice)."""
+    keys = {key: ok for key, _, ok in retried}
+    return {"prompts_retried": len(keys), "prompts_recovered": sum(keys.values()),
+            "attempts_retried": len(retried), "reasons": group(error for _, error, _ in retried)}
 
 
 _PREVIEW = 160  # characters of a failed prompt shown in reports

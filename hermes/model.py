@@ -1,13 +1,16 @@
 """The model endpoint: any OpenAI-compatible server, through the openai SDK.
 
 Retries (429, 5xx, time-outs, dropped connections, with backoff and Retry-After honoured) are
-the SDK's own; reasoning and OpenRouter provider routing go in the request's extra body.
+the SDK's own; every attempt passes the client's AdaptiveLimiter (hermes.ratelimit), shared by
+all threads that use the client, so a rate-limited endpoint slows the whole run down; reasoning and OpenRouter provider routing go in the request's extra body.
 `complete_stream` asks for `stream: true` and hands each delta to a callback as it arrives
 (the API server relays them to its clients); both methods return the same Reply.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -15,6 +18,7 @@ import httpx
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
 
@@ -55,19 +59,39 @@ class Reply:
     finish_reason: str | None = None
 
 
+SHARD = 32  # threads per SDK client (connection pool), see ModelClient
+
 #: receives ("content" | "reasoning", text) for each streamed delta
 DeltaCallback = Callable[[str, str], None]
 
 
 class ModelClient:
     def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
-                 timeout: float = 600.0):
+                 timeout: float = 600.0, max_in_flight: int | None = None):
+        """max_in_flight: the limiter's ceiling; a run's --num_workers by default (64 for a chat)."""
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
-        self.client = openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
-                                    max_retries=settings.max_retries if max_retries is None else max_retries,
-                                    timeout=timeout)
+        ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
+        self.limiter = AdaptiveLimiter(ceiling)
+        # One SDK client (one connection pool) per SHARD threads: the pool's lock is held while it
+        # scans all its connections, so hundreds of threads on one pool spend most of their CPU
+        # there (a profile of 512 workers: ~60% of a prompt thread's samples). All share the limiter.
+        self._clients = [
+            openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
+                          max_retries=settings.max_retries if max_retries is None else max_retries,
+                          timeout=timeout, http_client=LimitedHttpClient(self.limiter, timeout=timeout))
+            for _ in range(max(1, -(-ceiling // SHARD)))]
+        self.client = self._clients[0]
+        self._local = threading.local()
+        self._next_shard = itertools.count()
+
+    def _client(self) -> openai.OpenAI:
+        """This thread's SDK client: threads are spread over the shards in turn, once."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._clients[next(self._next_shard) % len(self._clients)]
+        return client
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
@@ -88,7 +112,7 @@ class ModelClient:
         extra = request.pop("extra_body", {})
         body = {**request, **extra}  # as the SDK merges extra_body: its keys win
         try:
-            resp = self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+            resp = self._client().post("/chat/completions", body=body, cast_to=httpx.Response)
             data = resp.json()
         except openai.APIStatusError as e:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
@@ -107,7 +131,7 @@ class ModelClient:
         """
         state = ChatCompletionStreamState()
         try:
-            stream = self.client.chat.completions.create(**self._request(messages, tools), stream=True,
+            stream = self._client().chat.completions.create(**self._request(messages, tools), stream=True,
                                                          stream_options={"include_usage": True})
             with stream:
                 for chunk in stream:
@@ -124,7 +148,8 @@ class ModelClient:
         return _reply_of_dict(resp.model_dump(exclude_none=True))
 
     def close(self) -> None:
-        self.client.close()
+        for client in self._clients:
+            client.close()
 
 
 def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:

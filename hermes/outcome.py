@@ -22,7 +22,9 @@ def check_failed_share(stats: dict[str, Any], max_share: float, run_path: Path) 
     """Raise TooManyFailedPrompts when the run's failed share passes the threshold."""
     share = failed_share(stats)
     if share > max_share:
-        top = next(iter(stats.get("failure_reasons") or {}), "unknown")
+        reasons = stats.get("failure_reasons") or {}
+        kind = next(iter(reasons), None)
+        top = f"{kind} (e.g. {reasons[kind].get('example')})" if kind else "unknown"
         raise TooManyFailedPrompts(
             f"{stats['prompts_failed']} of {stats['total_prompts']} prompts failed ({share:.0%}), more than "
             f"max_failed_share={max_share:g} allows. Outputs were still written to {Path(run_path).resolve()}. "

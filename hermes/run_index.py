@@ -293,23 +293,29 @@ class RunIndex:
         return self.con.execute(
             "SELECT count(DISTINCT key) + coalesce(max((key IS NULL)::INT), 0) FROM outcomes").fetchone()[0]
 
-    def failure_reasons(self) -> list[tuple[str, int]]:
-        """(reason, prompts) of the prompts that failed and never succeeded, most frequent first.
-
-        A prompt's reason is the first line (at most 120 characters) of its LAST error, split
-        where Python's str.splitlines splits; ties are ordered by first failure in the journal.
-        """
-        return self._execute(self.con, rf"""
+    def final_errors(self) -> list[str | None]:
+        """The LAST error of each prompt that failed and never succeeded, in order of first failure
+        in the journal (hermes.failures groups them by kind)."""
+        return [e for (e,) in self._execute(self.con, f"""
             WITH failed AS (
-                SELECT key, min({_POS}) AS first,
-                       arg_max(coalesce(nullif(error, ''), 'unknown error'), {_POS}) AS last_error
+                SELECT key, min({_POS}) AS first, arg_max(error, {_POS}) AS last_error
                 FROM outcomes WHERE status = {_FAILED} GROUP BY key)
-            SELECT left(regexp_extract(last_error, '^[^\n\r\x0b\x0c\x1c-\x1e\x{{85}}\x{{2028}}\x{{2029}}]*'), 120) AS reason,
-                   count(*) AS n
-            FROM failed f
+            SELECT last_error FROM failed f
             WHERE NOT EXISTS (SELECT 1 FROM outcomes o
                               WHERE o.key IS NOT DISTINCT FROM f.key AND o.status IS DISTINCT FROM {_FAILED})
-            GROUP BY reason ORDER BY n DESC, min(first)""").fetchall()
+            ORDER BY first""").fetchall()]
+
+    def retried_attempts(self) -> list[tuple[str, str | None, bool]]:
+        """(key, error, whether the prompt succeeded in the end) of each failed attempt that was
+        tried again (in the run, or on a later --resume), in journal order."""
+        return self._execute(self.con, f"""
+            WITH a AS (
+                SELECT key, status, error, {_POS} AS pos,
+                       count(*) OVER (PARTITION BY key ORDER BY {_POS}
+                                      ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later,
+                       count(*) FILTER (WHERE status IS DISTINCT FROM {_FAILED}) OVER (PARTITION BY key) AS ok
+                FROM outcomes WHERE key IS NOT NULL)
+            SELECT key, error, ok > 0 FROM a WHERE status = {_FAILED} AND later > 0 ORDER BY pos""").fetchall()
 
     def _execute(self, cur, sql: str):
         try:

@@ -5,12 +5,10 @@ Also one batch: its prompts run concurrently, bounded by a run-wide limiter so t
 """
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +20,7 @@ from hermes.conversation import converse, tool_context
 from hermes.dataset import Row
 from hermes.entry import HermesBlock, JournalEntry, Status
 from hermes.model import ModelClient
+from hermes.requeue import RequeueingPool, RetryPolicy
 from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
@@ -165,7 +164,9 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
     counts = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
 
-    def one(row: Row) -> None:
+    policy = RetryPolicy.for_settings(ctx.settings)
+
+    def one(row: Row, attempt: int) -> float | None:
         limiter = ctx.limiter
         if limiter:
             limiter.acquire()
@@ -174,16 +175,20 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
         finally:
             if limiter:
                 limiter.release()
+        # A transient failure goes back in the queue (hermes.requeue); each attempt is a journal line.
+        retry_in = policy.delay(entry.hermes, attempt)
+        entry.hermes.attempt = attempt
+        entry.hermes.requeued = retry_in is not None
         record = entry.record()
         journal.append(path, record)
+        if retry_in is not None:
+            log.info("prompt %d: attempt %d failed (%s), again in %.1fs", row.index, attempt,
+                     entry.hermes.error, retry_in)
+            return retry_in
         counts[str(entry.hermes.status)] += 1
         if ctx.on_prompt_done:
             ctx.on_prompt_done(record)
+        return None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(rows), ctx.settings.num_workers)),
-                            thread_name_prefix=f"batch{batch_num}") as pool:
-        # Each prompt thread gets a copy of this thread's context, so logs and progress
-        # reach the orchestrator's run (contextvars do not cross threads by themselves).
-        for f in [pool.submit(contextvars.copy_context().run, one, r) for r in rows]:
-            f.result()
+    RequeueingPool(min(len(rows), ctx.settings.num_workers), f"batch{batch_num}").run(rows, one)
     return counts

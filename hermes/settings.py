@@ -86,6 +86,7 @@ class RunSettings(AgentSettings):
     log_prefix_chars: int = Field(100, ge=0, description="characters of a prompt shown in log previews")
     seed: int = Field(0, description="seed of the toolset sampler: the same seed draws the same toolsets per prompt")
     keep_unreasoned: bool = Field(False, description="keep samples none of whose turns carry reasoning (discarded by default)")
+    prompt_retries: int = Field(3, ge=0, description="times a prompt that failed for a transient reason (429 or 5xx after the client's retries, a time-out, a dropped connection, an engine time-out) is put back in the queue within the run, with backoff, before its failure is recorded")
     max_attempts: int | None = Field(None, gt=0, description="give up on a prompt after this many failed attempts (retried on every resume if unset)")
     max_failed_share: float = Field(0.5, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of its prompts failed: 0 fails on any failed prompt, 1 never fails")
     skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")

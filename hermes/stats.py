@@ -169,9 +169,22 @@ def format_table(statistics: dict) -> str:
 
     for key, value in others.items():
         lines += ["", key]
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        lines += [f"  {k}: {_scalar(v)}" for k, v in items]
+        lines += _nested(value, "  ")
     return "\n".join(lines).strip("\n")
+
+
+def _nested(value: Any, indent: str) -> list[str]:
+    # failures grouped by kind ({kind: {"count", "example"}}, hermes.failures.group) read as a list
+    if isinstance(value, dict) and value and all(isinstance(v, dict) and "count" in v for v in value.values()):
+        return [f"{indent}{g['count']:>5} × {kind}  (e.g. {str(g.get('example', ''))[:160]})" for kind, g in value.items()]
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    lines = []
+    for k, v in items:
+        if isinstance(v, (dict, list)):
+            lines += [f"{indent}{k}:"] + (_nested(v, indent + "  ") if v else [])
+        else:
+            lines.append(f"{indent}{k}: {_scalar(v)}")
+    return lines
 
 
 def _scalar(value: Any) -> str:

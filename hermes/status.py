@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from hermes import journal, rundir
+from hermes.failures import group
 from hermes.dataset import DatasetError, read_dataset
 from hermes.entry import Status
 from hermes.run_index import COLUMNS, load_dataset
@@ -55,10 +56,6 @@ def run_status(run_path: Path) -> dict[str, Any]:
                FROM o GROUP BY key""").fetchall()
     done = {k: final for k, final, _, _ in per_key if final != Status.FAILED}
     failed = {k: (n, err) for k, final, n, err in per_key if final == Status.FAILED}
-    reasons: dict[str, int] = {}
-    for _, err in failed.values():
-        reason = (err or "unknown error").splitlines()[0][:120]
-        reasons[reason] = reasons.get(reason, 0) + 1
     status: dict[str, Any] = {
         "run_name": manifest.get("run_name", run_path.name),
         "folder": str(run_path),
@@ -71,7 +68,7 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "discarded_no_reasoning": sum(v == Status.DISCARDED for v in done.values()),
         "failed": len(failed),
         "failed_attempts": sum(n for n, _ in failed.values()),
-        "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+        "failure_reasons": group(err for _, err in failed.values()),  # by kind, with an example each
         "owed": None,
     }
     settings = manifest.get("settings") or {}
@@ -106,8 +103,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"  failed               {s['failed']}  ({s['failed_attempts']} failed attempts; retried on --resume)",
         f"  owed                 {s['owed'] if s['owed'] is not None else 'unknown (dataset not readable)'}",
     ]
-    for reason, n in s["failure_reasons"].items():
-        lines.append(f"    {n:>5} × {reason}")
+    for kind, g in s["failure_reasons"].items():
+        lines.append(f"    {g['count']:>5} × {kind}  (e.g. {g['example'][:160]})")
     if s.get("dataset_problem"):
         lines.append(f"  dataset problem: {s['dataset_problem']}")
     return "\n".join(lines)

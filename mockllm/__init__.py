@@ -45,7 +45,7 @@ the text of the last user message with a ``MOCK_SCRIPT`` line (else the last use
    assistant turn ``n`` answers ``turns[n]``; past the end the answer is ``"Done."``. Tool calls
    need not name offered tools. Object arguments are JSON-encoded; string arguments are sent
    verbatim (to test unparseable arguments). ``"error": STATUS`` fails that turn every time it
-   is asked; ``"sleep": S`` waits S seconds before answering. A malformed script is a 400.
+   is asked (with ``"times": N`` only the first N times, then the turn answers as scripted); ``"sleep": S`` waits S seconds before answering. A malformed script is a 400.
 
 2. Default scenario, using only the offered ``tools`` (matched by function name):
 
@@ -79,6 +79,11 @@ Errors on demand: ``--fail-first N`` fails the first N requests of each conversa
 ``--error-status`` (429, 500 or 503) with an OpenAI error body ``{"error": {"message", "type",
 "code"}}``; 429 and 503 carry ``Retry-After`` (and ``retry-after-ms``) of ``--retry-after`` seconds.
 Bad request bodies get a 400 with an OpenAI error body.
+
+A provider's rate limit: ``--rpm R`` answers 429 beyond R requests a minute (a token bucket
+holding ``--burst`` requests, one second's worth by default), at once, with ``Retry-After`` and
+"Please try again in 820ms."; every chat answer carries ``x-ratelimit-limit-requests``,
+``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests`` (mockllm.ratelimit).
 """
 from __future__ import annotations
 

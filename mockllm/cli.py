@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--turns", type=int, default=3, metavar="N", help="model calls per prompt in the default scenario")
     add("--hallucinate-rate", type=float, default=0.0, metavar="P",
         help=f"share of conversations that also call the unknown tool {HALLUCINATED_TOOL}")
+    add("--rpm", type=float, default=0.0, metavar="R",
+        help="answer 429 beyond R requests a minute (token bucket; x-ratelimit-* headers on every answer)")
+    add("--burst", type=int, default=0, metavar="N", help="most requests --rpm takes at once (default: one second's worth)")
+    add("--no-ratelimit-headers", dest="ratelimit_headers", action="store_false",
+        help="with --rpm, send only Retry-After on a 429, no x-ratelimit-* headers")
     add("--verbose", action="store_true", help="log every HTTP request to stderr")
     return parser
 

@@ -30,6 +30,9 @@ class MockConfig:
     seed: int = 0
     turns: int = 3                  # model calls of the default scenario
     hallucinate_rate: float = 0.0   # share of conversations calling web_fetch_imaginary
+    rpm: float = 0.0                # requests a minute before 429 (0: no cap), see mockllm.ratelimit
+    burst: int = 0                  # most requests the cap takes at once (0: one second's worth)
+    ratelimit_headers: bool = True  # send x-ratelimit-* headers (some endpoints send only Retry-After)
     verbose: bool = False           # log each HTTP request to stderr
 
     def __post_init__(self) -> None:
@@ -38,7 +41,7 @@ class MockConfig:
         for name in ("error_rate", "hallucinate_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
-        for name in ("latency", "latency_jitter", "retry_after", "fail_first"):
+        for name in ("latency", "latency_jitter", "retry_after", "fail_first", "rpm", "burst"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 400 <= self.error_status <= 599:
@@ -69,6 +72,7 @@ class Reply:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     error_status: int | None = None
+    error_times: int | None = None  # the error is answered the first N times this turn is asked (None: always)
     sleep: float = 0.0
 
     @property

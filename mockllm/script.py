@@ -39,6 +39,9 @@ def _check_turn(i: int, turn: Any) -> None:
     error = turn.get("error")
     if error is not None and not (isinstance(error, int) and 400 <= error <= 599):
         raise BadRequest(f"MOCK_SCRIPT turns[{i}].error must be an HTTP status 400-599")
+    times = turn.get("times")
+    if times is not None and not (isinstance(times, int) and times >= 0):
+        raise BadRequest(f"MOCK_SCRIPT turns[{i}].times must be a non-negative integer")
     sleep = turn.get("sleep", 0)
     if not isinstance(sleep, (int, float)) or sleep < 0:
         raise BadRequest(f"MOCK_SCRIPT turns[{i}].sleep must be a non-negative number")
@@ -59,6 +62,7 @@ def scripted_reply(script: dict, conv: Conversation) -> Reply:
         reasoning=turn.get("reasoning"),
         tool_calls=calls,
         error_status=turn.get("error"),
+        error_times=turn.get("times"),
         sleep=float(turn.get("sleep", 0)),
     )
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import threading
@@ -12,6 +13,7 @@ from typing import Any, Iterator
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
 from mockllm.images import ImageAPI
+from mockllm.ratelimit import RequestBucket, format_duration
 from mockllm.scenario import reply_for
 from mockllm.wire import completion_chunks, completion_object, error_body
 
@@ -30,8 +32,9 @@ class MockState:
     def reset(self) -> None:
         with self._lock:
             self.requests: list[Any] = []
-            self.counts = {"requests": 0, "ok": 0, "errors": 0, "injected_errors": 0,
+            self.counts = {"requests": 0, "ok": 0, "errors": 0, "injected_errors": 0, "rate_limited": 0,
                            "bad_requests": 0, "streamed": 0, "in_flight": 0, "max_in_flight": 0}
+            self.bucket = RequestBucket(self.config.rpm, self.config.burst) if self.config.rpm else None
             self._attempts: dict[str, int] = {}
             self._rng = random.Random(self.config.seed)
         self.images.reset()
@@ -56,6 +59,15 @@ class MockState:
             return config.latency
         with self._lock:
             return config.latency + self._rng.uniform(0, config.latency_jitter)
+
+    def scripted_error_due(self, conversation_key: str, turn: int, times: int | None) -> bool:
+        """A scripted turn error with "times": N fails the first N asks of that turn only."""
+        if times is None:
+            return True
+        with self._lock:
+            seen = self._attempts.get(f"{turn}\0{conversation_key}", 0)
+            self._attempts[f"{turn}\0{conversation_key}"] = seen + 1
+        return seen < times
 
     def injected_error(self, conversation_key: str) -> bool:
         """Should this request fail on purpose (--fail-first, then --error-rate)?"""
@@ -87,11 +99,13 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "hermes-mock-llm/1"
     timeout = 120                   # idle keep-alive connections are dropped after this
     disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
+    _extra_headers: dict[str, str] = {}  # rate-limit headers of the request being answered (never mutated)
     server: _Server
 
     # ----- routing
 
     def do_GET(self) -> None:
+        self._extra_headers = {}  # the handler lives as long as its connection
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
             self._send_json(200, {"status": "ok"})
@@ -112,6 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, f"no route for GET {path}")
 
     def do_POST(self) -> None:
+        self._extra_headers = {}
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/chat/completions", "/chat/completions"):
             self._guarded(self._chat)
@@ -150,6 +165,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self) -> None:
         state = self.server.state
         state.count("requests")
+        if state.bucket is not None:
+            # The cap is checked on arrival and a refusal is answered at once, as providers do.
+            allowed, wait, headers = state.bucket.take()
+            if state.config.ratelimit_headers:
+                self._extra_headers = headers
+            if not allowed:
+                self._read_body()
+                state.count("rate_limited")
+                state.count("errors")
+                return self._send_error(429, f"Rate limit reached for requests per min (RPM): Limit {state.config.rpm:g}. "
+                                             f"Please try again in {format_duration(wait)}.",
+                                        {"Retry-After": str(max(1, math.ceil(wait))),
+                                         "retry-after-ms": str(max(1, round(wait * 1000)))})
         try:
             body = json.loads(self._read_body() or b"null")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -164,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         if state.injected_error(conv.first_user):
             state.count("injected_errors")
             return self._fail(state.config.error_status, "injected failure (mock-llm --fail-first / --error-rate)")
-        if reply.error_status:
+        if reply.error_status and state.scripted_error_due(conv.first_user, conv.assistant_turns, reply.error_times):
             return self._fail(reply.error_status, f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})")
         state.count("ok")
         if body.get("stream"):
@@ -207,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-request-id", f"req_mock{uuid.uuid4().hex[:16]}")
-        for name, value in (headers or {}).items():
+        for name, value in {**self._extra_headers, **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
@@ -230,6 +258,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in self._extra_headers.items():
+            self.send_header(name, value)
         self.end_headers()
         for chunk in chunks:
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode("utf-8"))

@@ -94,8 +94,8 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
     ]
     reasons = stats.get("failure_reasons") or {}
     if reasons:
-        lines += ["", "## Failures by reason", "", "| reason | prompts |", "|---|---|"]
-        lines += [f"| {_cell(r)} | {n} |" for r, n in reasons.items()]
+        lines += ["", "## Failures by kind", "", "| kind | prompts | example |", "|---|---|---|"]
+        lines += [f"| {_cell(kind)} | {g['count']} | {_cell(g['example'])} |" for kind, g in reasons.items()]
         lines += ["", f"Each failed prompt is listed in the `failed-{artifact_key(name)}` artifact. "
                       "Failed prompts run again when the run is started with `resume: true` "
                       "(the same settings otherwise)."]

@@ -120,14 +120,20 @@ def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_setti
             {"prompt": "hallucinates " + script(
                 {"reasoning": "try", "tool_calls": [{"name": "web_fetch_imaginary", "arguments": {}}]},
                 {"reasoning": "ok", "content": "done"})}]
-    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "mixed", batch_size=5)
+    # the 500 is retried by the client once, then by the run twice (each a fresh attempt of the prompt)
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "mixed", batch_size=5, max_retries=1,
+                            prompt_retries=2)
     settings.sandbox.pull_timeout = 5
     stats = batch_run(settings=settings)
     entries = read_jsonl(Path(settings.output_dir) / "mixed" / "trajectories.jsonl")
     assert [e["conversations"][1]["value"] for e in entries] == ["fine"]
     assert stats["prompts_failed"] == 2
-    assert any(r.startswith(f"image not available: {missing_image}") for r in stats["failure_reasons"])
-    assert any("500" in r for r in stats["failure_reasons"])
+    reasons = stats["failure_reasons"]
+    assert set(reasons) == {"image unavailable", "model endpoint 500"}
+    assert reasons["image unavailable"]["example"].startswith(f"image not available: {missing_image}")
+    # the 500 is transient and went back in the queue (twice, here); the missing image is permanent
+    retried = stats["retries"]["reasons"]
+    assert retried["model endpoint 500"]["count"] == 2 and "image unavailable" not in retried
     assert stats["discarded_no_reasoning"] == 1
     assert stats["dropped_hallucinated_tools"] == 1
     assert containers_of(docker_engine, "mixed") == []

@@ -81,7 +81,9 @@ def test_status_table_and_json_then_merge_rebuilds_the_outputs(tmp_path, llm):
     status = json.loads(ok(cli(tmp_path, "status", "st", "--json")).stdout)
     assert (status["run_name"], status["total_prompts"], status["done"], status["completed"]) == ("st", 3, 2, 2)
     assert (status["failed"], status["failed_attempts"], status["owed"], status["active"]) == (1, 1, 1, False)
-    assert sum(status["failure_reasons"].values()) == 1 and "400" in next(iter(status["failure_reasons"]))
+    # grouped by kind (hermes.failures), each with a count and an example message
+    assert status["failure_reasons"]["model endpoint 400"]["count"] == 1
+    assert status["failure_reasons"]["model endpoint 400"]["example"].startswith("model endpoint answered 400")
 
     missing = cli(tmp_path, "status", "no-such-run")
     assert missing.returncode == 2 and "no run folder" in missing.stderr

@@ -38,7 +38,7 @@ def sample(status: Status = Status.COMPLETED) -> JournalEntry:
 
 def the_runners_dict(e: JournalEntry) -> dict:
     """The entry as the runner built it by hand before the model (plus the toolsets' aux_usage and
-    files, added since): the bytes to keep."""
+    files, and the in-run requeue's attempt and requeued, added since): the bytes to keep."""
     h = e.hermes
     return {"prompt_index": e.prompt_index, "conversations": e.conversations, "metadata": e.metadata,
             "completed": e.completed, "partial": e.partial, "api_calls": e.api_calls,
@@ -46,7 +46,7 @@ def the_runners_dict(e: JournalEntry) -> dict:
             "hermes": {"key": h.key, "status": h.status.value, "error": h.error, "usage": h.usage,
                        "elapsed": h.elapsed, "sandbox_wait": h.sandbox_wait,
                        "hallucinated_tools": h.hallucinated_tools, "reasoning": h.reasoning,
-                       "aux_usage": h.aux_usage, "files": h.files}}
+                       "aux_usage": h.aux_usage, "files": h.files, "attempt": h.attempt, "requeued": h.requeued}}
 
 
 def test_the_line_is_the_bytes_the_runner_always_wrote():

@@ -16,7 +16,8 @@ import pytest
 
 from hermes import journal, rundir
 from hermes.dataset import load_rows
-from hermes.merge import merge
+from hermes.failures import group
+from hermes.merge import merge, retry_stats
 from mockllm import MockLLM
 from hermes.runner import RunContext, run_batch
 from hermes.settings import RunSettings
@@ -39,11 +40,13 @@ PROMPTS = {
 def old_merge(run_path: Path) -> tuple[str, dict]:
     """The merge before it used the index: every line decoded, a Python set of keys (the oracle)."""
     done, last_failure, counts, usage = set(), {}, Counter(), Counter()
-    tools, reasoning, api_calls, out, aux = {}, {}, 0, [], {}
+    tools, reasoning, api_calls, out, aux, attempts = {}, {}, 0, [], {}, []
     for _, path in journal.batch_files(run_path):
         for entry in journal.read(path):
             meta = entry.get("hermes") or {}
             key, status = meta.get("key"), meta.get("status")
+            if key is not None:
+                attempts.append((key, status, meta.get("error")))
             api_calls += entry.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
             for kind, counted in (meta.get("aux_usage") or {}).items():
@@ -65,6 +68,9 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
             add_reasoning(reasoning, meta.get("reasoning"))
             out.append(json.dumps({k: v for k, v in entry.items() if k != "hermes"}, ensure_ascii=False) + "\n")
     failed = {k: e for k, e in last_failure.items() if k not in done}
+    # failed attempts followed by another attempt of the same prompt, in journal order
+    retried = [(k, e, k in done) for i, (k, s, e) in enumerate(attempts)
+               if s == "failed" and any(k2 == k for k2, _, _ in attempts[i + 1:])]
     manifest = rundir.read_manifest(run_path)
     stats = {
         "run_name": manifest.get("run_name", run_path.name), "distribution": manifest.get("distribution"),
@@ -74,7 +80,7 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
         "tool_statistics": aggregate_tool_stats([tools]), "reasoning_statistics": aggregate_reasoning([reasoning]),
         "trajectories_written": counts["completed"] + counts["partial"], "prompts_completed": counts["completed"],
         "prompts_partial": counts["partial"], "prompts_failed": len(failed),
-        "failure_reasons": dict(Counter(e.splitlines()[0][:120] for e in failed.values()).most_common()),
+        "failure_reasons": group(failed.values()), "retries": retry_stats(retried),
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"], "api_calls": api_calls,
         "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
@@ -108,6 +114,7 @@ def mixed_journal(tmp_path_factory) -> Path:
     all_rows = {r.row.prompt: r for r in loaded}
     settings = RunSettings(dataset_file=str(dataset), batch_size=20, run_name="mixed", output_dir=str(tmp / "data"),
                            model="m", max_turns=2, max_retries=0, distribution="terminal_only",
+                           prompt_retries=0,  # failures stand, to be tried again by the "resume" below
                            sandbox={"backend": "local"})
     run_dir = tmp / "data" / "mixed"
     run_dir.mkdir(parents=True)
@@ -150,8 +157,16 @@ def test_merge_writes_exactly_what_the_old_merge_wrote(mixed_journal):
     assert all("hermes" not in e for e in entries)
     assert stats["prompts_partial"] == 2 and stats["dropped_hallucinated_tools"] == 1  # flaky: 3 turns, max 2
     assert stats["discarded_no_reasoning"] == 1 and stats["prompts_failed"] == 2
-    assert list(stats["failure_reasons"].values()) == [1, 1]
-    assert {"500", "429"} == {code for r in stats["failure_reasons"] for code in ("500", "429") if code in r}
+    # grouped by kind, each with an example message
+    assert {k: g["count"] for k, g in stats["failure_reasons"].items()} == {"model endpoint 500": 1,
+                                                                            "model endpoint 429": 1}
+    assert stats["failure_reasons"]["model endpoint 429"]["example"].startswith("model endpoint answered 429")
+    # tried again on the resume: flaky (503, then fine) and never (500 twice)
+    assert stats["retries"] == {"prompts_retried": 2, "prompts_recovered": 1, "attempts_retried": 2, "reasons": {
+        "model endpoint 503": {"count": 1, "example": "model endpoint answered 503: injected failure (mock-llm "
+                                                      "--fail-first / --error-rate)"},
+        "model endpoint 500": {"count": 1, "example": "model endpoint answered 500: scripted failure of turn "
+                                                      "(MOCK_SCRIPT error 500)"}}}
 
 
 def test_merge_again_gives_the_same_output(mixed_journal):

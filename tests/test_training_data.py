@@ -46,7 +46,8 @@ def test_statistics_of_a_run_with_known_outcomes(tmp_path, mock_llm, sandbox_ima
         # failed: the model endpoint keeps answering 500
         {"prompt": "p6 " + script({"error": 500})},
     ]
-    settings = settings_for(tmp_path, mock_llm, write_dataset(tmp_path / "d.jsonl", rows), "known", max_turns=3)
+    settings = settings_for(tmp_path, mock_llm, write_dataset(tmp_path / "d.jsonl", rows), "known", max_turns=3,
+                            prompt_retries=1)
     stats = batch_run(settings=settings)
     on_disk = json.loads((Path(settings.output_dir) / "known" / "statistics.json").read_text())
     assert on_disk == stats
@@ -63,8 +64,11 @@ def test_statistics_of_a_run_with_known_outcomes(tmp_path, mock_llm, sandbox_ima
                                              "turns_without_reasoning": 0}
     assert (stats["trajectories_written"], stats["prompts_completed"], stats["prompts_partial"]) == (3, 2, 1)
     assert (stats["prompts_failed"], stats["discarded_no_reasoning"], stats["dropped_hallucinated_tools"]) == (1, 1, 1)
-    [(reason, n)] = stats["failure_reasons"].items()
-    assert n == 1 and reason.startswith("model endpoint answered 500")
+    [(kind, reasons)] = stats["failure_reasons"].items()
+    assert kind == "model endpoint 500" and reasons["count"] == 1
+    assert reasons["example"].startswith("model endpoint answered 500")
+    # a 500 is transient: p6 was tried again within the run (--prompt_retries 1 here), then its failure stood
+    assert stats["retries"]["prompts_retried"] == 1 and stats["retries"]["prompts_recovered"] == 0
     assert stats["api_calls"] == 2 + 3 + 3 + 1 + 2
     assert stats["total_prompts"] == 6 and stats["total_batches"] == 2
     assert stats["usage"]["total_tokens"] > 0
