@@ -23,6 +23,7 @@ from hermes.sandbox.base import (
     LABEL_OWNER,
     LABEL_PROMPT,
     LABEL_RUN,
+    MissingRuntime,
     SandboxError,
     SandboxSettings,
     SandboxSpec,
@@ -100,6 +101,7 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
         shm_size=s.tmpfs_size,  # /dev/shm is writable even on a read-only root: cap it like the rest
         init=True,
         auto_remove=False,
+        runtime=s.runtime,  # None: the engine's default (runc)
     )
     return dict(image=spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
                 name=f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}",
@@ -169,11 +171,29 @@ def limit_problems(settings: SandboxSettings, image: str | None = None, *, run_i
     run's settings, whose create-time warnings and applied HostConfig are read back.
     """
     client = client or get_client()
+    check_runtime(client, settings)
     problems = [p for p in engine_problems(client) if _LIMIT_WORDS.search(p)]
     for p in _probe(client, settings, image or settings.image, run_id or lifecycle.PROBE_RUN):
         if p not in problems:
             problems.append(p)
     return problems
+
+
+def check_runtime(client: docker.DockerClient, settings: SandboxSettings) -> None:
+    """Refuse settings naming a container runtime the engine does not have: no weaker sandbox
+    can stand in for the isolation asked for."""
+    if not settings.runtime:
+        return
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except DockerException as e:
+        raise SandboxError(f"docker info failed: {e}") from e
+    if settings.runtime not in runtimes:
+        hint = (" Install and register gVisor: HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh"
+                if settings.runtime == "runsc" else "")
+        raise MissingRuntime(f"the Docker engine has no container runtime {settings.runtime!r} (it has: "
+                           f"{', '.join(sorted(runtimes)) or 'none listed'}), so --sandbox_runtime "
+                           f"{settings.runtime} cannot be applied.{hint}")
 
 
 def _probe(client: docker.DockerClient, settings: SandboxSettings, image: str, run_id: str) -> list[str]:

@@ -182,6 +182,7 @@ def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
         "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
         "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
         "Init": ("init process", lambda v: bool(v)),
+        "Runtime": ("container runtime", lambda v: not settings.runtime or v == settings.runtime),
     }
     return [f"{what}: the container's HostConfig.{field} is {hc.get(field)!r}"
             for field, (what, ok) in expect.items() if not ok(hc.get(field))]
