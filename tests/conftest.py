@@ -86,6 +86,32 @@ def default_image(docker_engine):
     return ensure_default_image()
 
 
+RUNSC = "runsc"
+
+
+@pytest.fixture(scope="session")
+def runsc(docker_engine, sandbox_image):
+    """The gVisor runtime's name, once the engine has it and can start a sandbox under it.
+
+    Not registered: skipped with the engine's list of runtimes (a failure under CI, whose .ci/run
+    installs and registers it). Registered but unable to start a container here (a kernel or
+    platform gVisor cannot run on): xfail with the engine's own answer.
+    """
+    runtimes = sorted((docker_engine.info().get("Runtimes") or {}))
+    if RUNSC not in runtimes:
+        pytest.skip(f"the Docker engine has no {RUNSC} runtime (it has: {', '.join(runtimes)}); "
+                    "HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh registers it")
+    import docker.errors
+
+    try:
+        docker_engine.containers.run(sandbox_image, ["true"], runtime=RUNSC, network_mode="none", remove=True,
+                                     labels={"hermes-batch.test": "runsc-probe"})
+    except docker.errors.DockerException as e:
+        pytest.xfail(f"{RUNSC} is registered but cannot start a container on this machine: "
+                     f"{getattr(e, 'explanation', None) or e}")
+    return RUNSC
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness

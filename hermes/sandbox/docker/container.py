@@ -17,6 +17,7 @@ from typing import Any
 
 import docker
 from docker.errors import DockerException
+from docker.types import Ulimit
 
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import (
@@ -36,6 +37,26 @@ log = logging.getLogger(__name__)
 
 #: the harmless command that keeps a sandbox container alive (busybox and coreutils alike)
 KEEPALIVE = ["sleep", "2147483647"]
+#: host threads a gVisor sandbox's own kernel (its sentry and gofer) may use beyond pids_limit
+SENTRY_PIDS = 512
+
+
+def is_gvisor(runtime: str | None) -> bool:
+    """gVisor's runtimes go by runsc (runsc, runsc-kvm, ...)."""
+    return bool(runtime) and str(runtime).startswith("runsc")
+
+
+def pids_limits(s: SandboxSettings) -> tuple[int, int | None]:
+    """(the engine's pids limit, RLIMIT_NPROC or None) that hold the sandbox's processes to pids_limit.
+
+    Under gVisor the engine's limit counts the host threads of the sandbox's own kernel, not the
+    sandbox's processes (at 64 the kernel itself cannot start); the processes are held by
+    RLIMIT_NPROC, which gVisor enforces per sandbox. Under runc the limit is the engine's alone:
+    there RLIMIT_NPROC would count one uid's processes across every container of the host.
+    """
+    if is_gvisor(s.runtime):
+        return s.pids_limit + SENTRY_PIDS, s.pids_limit
+    return s.pids_limit, None
 
 
 # --------------------------------------------------------------------------- cwd policy
@@ -86,6 +107,7 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
     opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
     _check_tmpfs_budget(s, len(mounts) + 1)  # + /dev/shm
     run, prompt = spec.run_label(), spec.prompt_label()
+    host_pids, nproc = pids_limits(s)
     labels = {**{str(k): str(v) for k, v in spec.labels.items()},
               LABEL_RUN: run, LABEL_PROMPT: prompt, LABEL_OWNER: lifecycle.owner_label()}
     host_config = api.create_host_config(
@@ -95,7 +117,8 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
         mem_limit=s.memory,
         memswap_limit=s.memory,
         nano_cpus=int(s.cpus * 1e9),
-        pids_limit=s.pids_limit,
+        pids_limit=host_pids,
+        ulimits=[Ulimit(name="nproc", soft=nproc, hard=nproc)] if nproc else None,
         read_only=s.read_only,
         tmpfs={m: opts for m in mounts},
         shm_size=s.tmpfs_size,  # /dev/shm is writable even on a read-only root: cap it like the rest
