@@ -2,8 +2,10 @@
 are there, as nobody, under the sandbox's hardening, and a row can set up and check a real task."""
 from __future__ import annotations
 
+import pytest
+
 from hermes import direct
-from hermes.sandbox.base import SandboxSettings
+from hermes.sandbox.base import SandboxError, SandboxSettings
 from tests.conftest import containers_of
 from tests.helpers import script, tool_responses
 from tests.test_row_setup_checks import DONE, journal, settings, terminal, write
@@ -48,3 +50,19 @@ def test_a_coding_task_on_the_default_image(tmp_path, mock_llm, default_image, d
     assert stats["check_statistics"]["pass_rate"] == 100.0
     assert containers_of(docker_engine, "debian") == []
 
+
+
+def test_the_offline_build_takes_the_mirror_apt_uses(tmp_path):
+    from hermes.sandbox.debian import apt_mirror
+
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.internal/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n\nTypes: deb\nURIs: http://mirror.internal/debian-security\nSuites: bookworm-security\n")
+    assert apt_mirror("bookworm", str(tmp_path)) == "http://mirror.internal/debian"
+    (tmp_path / "sources.list.d" / "debian.sources").unlink()
+    (tmp_path / "sources.list").write_text("# deb http://old/debian bookworm main\n"
+                                           "deb [arch=amd64 signed-by=/k.gpg] http://one-line/debian bookworm main\n")
+    assert apt_mirror("bookworm", str(tmp_path)) == "http://one-line/debian"
+    with pytest.raises(SandboxError, match="no Debian mirror for trixie"):
+        apt_mirror("trixie", str(tmp_path))

@@ -85,15 +85,6 @@ def build(tag: str = DEFAULT_TAG, recipe: str = "auto", *, client: docker.Docker
     return image_id
 
 
-# kept for callers of the old names: the busybox recipe is the mini image's
-def build_offline(tag: str = MINI_TAG, *, client: docker.DockerClient | None = None) -> str:
-    return build(tag, "busybox", client=client)
-
-
-def build_registry(tag: str = DEFAULT_TAG, *, client: docker.DockerClient | None = None) -> str:
-    return build(tag, "registry", client=client)
-
-
 _ensure_lock = threading.Lock()
 
 
