@@ -74,6 +74,17 @@ PY
   log "gVisor runtime runsc registered"
 fi
 
+
+# The browser toolset: Debian's Chromium (never a browser download at run time) and the unprivileged
+# account it runs as, with Chromium's own sandbox, when hermes runs as root.
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium || log "could not install chromium; the browser toolset stays unavailable"
+fi
+if [ "$(id -u)" = 0 ] && ! id hermes-browser >/dev/null 2>&1; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin hermes-browser \
+    || log "could not create the hermes-browser user; the browser runs as nobody"
+fi
+
 # The default image (Debian with python3: ~90 s once, offline) and the small busybox one; each
 # is left alone when it exists with its recipe's label.
 python3 -m hermes.sandbox.image ensure --tag hermes-sandbox:bookworm

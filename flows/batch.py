@@ -1,24 +1,29 @@
-"""The batch-run flow: the whole life of a run on one screen.
+"""The batch-run flow: the whole life of a run is hermes.orchestration.run, carried out by Prefect.
 
-open (refuse/resume, lock, validate) -> plan what is owed -> fan batches out (prompts in
-flight bounded by --num_workers) -> record each batch as it lands -> merge -> report
--> fail the run if too many prompts failed.
+open (refuse/resume, lock, validate) -> plan what is owed -> fan batches out (prompts in flight
+bounded by --num_workers) -> record each batch as it lands -> merge -> report -> fail the run if
+too many prompts failed. tasks/steps.py says how Prefect carries out each step; if Prefect's API
+goes away mid-run, the run finishes without it (tasks/link.py).
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
-from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import ThreadPoolTaskRunner, TaskRunner
 
-from flows.merge import merge_and_publish
-from hermes.session import RunSession
+from hermes import orchestration, rundir
 from hermes.settings import RunSettings
-from tasks.progress import RunProgress, started_in_this_flow_run
+from tasks.link import PrefectLink
+from tasks.progress import started_in_this_flow_run
 from tasks.report import TooManyFailedPrompts, check_failed_share  # noqa: F401  (re-exported)
-from tasks.run import plan, record, run_batch
+from tasks.steps import PrefectSteps
+
+
+def task_runner(num_workers: int) -> TaskRunner:
+    """Where batch tasks run: threads of the flow-run process, num_workers batches at once at most."""
+    return ThreadPoolTaskRunner(max_workers=num_workers)
 
 
 def _api_key(secret_name: str | None) -> str | None:
@@ -31,24 +36,54 @@ def _api_key(secret_name: str | None) -> str | None:
 
 
 def _stamp() -> str:
-    """The run's scheduled start (UTC), for one run folder per scheduled run."""
+    """The run's scheduled start (UTC, to the second), for one run folder per scheduled run."""
     when = flow_run.scheduled_start_time or datetime.now(timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
 
 
-def _run_name(settings: RunSettings | dict, stamp_run_name: bool) -> str:
+def _stamped(stamp_run_name: bool | None) -> bool:
+    # Unset: stamp the runs a schedule made, so each gets its own folder (a fixed run_name would
+    # be refused from the second run on for already having results).
+    return stamp_run_name if stamp_run_name is not None else "auto-scheduled" in (flow_run.tags or [])
+
+
+def _run_name(settings: RunSettings | dict, stamp_run_name: bool | None) -> str:
     name = settings.run_name if isinstance(settings, RunSettings) else (settings or {}).get("run_name", "run")
-    return f"{name}-{_stamp()}" if stamp_run_name else str(name)
+    return f"{name}-{_stamp()}" if _stamped(stamp_run_name) else str(name)
 
 
 def _flow_run_name() -> str:
     # Deployment runs may hand the parameters over as plain dicts, direct calls as models.
     params = flow_run.parameters
-    return "batch-" + _run_name(params.get("settings"), bool(params.get("stamp_run_name")))
+    return "batch-" + _run_name(params.get("settings"), params.get("stamp_run_name"))
+
+
+def _this_runs_settings(settings: RunSettings, stamp_run_name: bool | None) -> RunSettings:
+    if _stamped(stamp_run_name):
+        settings = settings.model_copy(update={"run_name": _run_name(settings, True)})
+    if not settings.resume and started_in_this_flow_run(settings.run_name):
+        # "Retry" in the UI: continue this flow run's own run (failed prompts run again), do not refuse it.
+        get_run_logger().info("retry of flow run that already ran '%s': resuming it", settings.run_name)
+        settings = settings.model_copy(update={"resume": True})
+    return settings
+
+
+def _load_tool_secrets(tool_secrets: dict[str, str] | None) -> None:
+    """Toolsets' keys (TAVILY_API_KEY, FAL_KEY...) from Prefect Secret blocks, into this process's
+    environment, where the toolsets read them; never into parameters, which Prefect stores."""
+    if not tool_secrets:
+        return
+    import os
+
+    from prefect.blocks.system import Secret
+
+    for variable, block in tool_secrets.items():
+        os.environ[variable] = str(Secret.load(block).get())
 
 
 @flow(name="batch-run", flow_run_name=_flow_run_name)
-def batch_run(settings: RunSettings, stamp_run_name: bool = False, api_key_secret: str | None = None) -> dict:
+def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None,
+              tool_secrets: dict[str, str] | None = None) -> dict:
     """Run a tool-using agent over every prompt of a JSONL dataset, each prompt in its own Docker sandbox.
 
     Writes trajectories.jsonl and statistics.json into output_dir/run_name; resumable by prompt content.
@@ -56,29 +91,14 @@ def batch_run(settings: RunSettings, stamp_run_name: bool = False, api_key_secre
     Args:
         settings: the run's settings (the batch_runner.py flags)
         stamp_run_name: append the run's scheduled start time (UTC) to run_name, so that each
-            scheduled run gets its own output folder
+            run gets its own output folder; unset: only runs started by a schedule are stamped
         api_key_secret: name of a Prefect Secret block holding the model API key; unset: the
             worker's HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY
+        tool_secrets: toolsets' keys from Prefect Secret blocks, as environment variable -> block
+            name (e.g. {"TAVILY_API_KEY": "tavily-key"}); unset ones come from the worker's environment
     """
-    if stamp_run_name:
-        settings = settings.model_copy(update={"run_name": _run_name(settings, True)})
-    if not settings.resume and started_in_this_flow_run(settings.run_name):
-        # "Retry" in the UI: continue this flow run's own run (failed prompts run again), do not refuse it.
-        get_run_logger().info("retry of flow run that already ran '%s': resuming it", settings.run_name)
-        settings = settings.model_copy(update={"resume": True})
-    session = RunSession.open(settings, api_key=_api_key(api_key_secret))
-    try:
-        batches = plan(session)
-        progress = RunProgress(settings.run_name, total=sum(len(b.rows) for b in batches))
-        session.ctx.on_prompt_done = progress.prompt_done
-        with ThreadPoolTaskRunner(max_workers=settings.num_workers) as pool:
-            futures = {pool.submit(run_batch, {"batch": b, "ctx": session.ctx}): b for b in batches}
-            for future in as_completed(futures):
-                record(session, futures[future])
-                future.result()
-    finally:
-        session.close()
-    stats = merge_and_publish(session.path, settings.max_failed_share)
-    check_failed_share(stats, settings.max_failed_share, session.path)
-    return stats
-
+    _load_tool_secrets(tool_secrets)
+    settings = _this_runs_settings(settings, stamp_run_name)
+    link = PrefectLink.of_this_flow_run()
+    with link.finish_without_it(lambda: rundir.run_dir(settings)):
+        return orchestration.run(settings, PrefectSteps(task_runner, link), api_key=_api_key(api_key_secret))

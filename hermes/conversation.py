@@ -102,6 +102,7 @@ def converse(
                       prefetch=prefetch and sandboxed, remove_in_background=remove_in_background)
     ctx = context or ToolContext()
     ctx.sandbox = box
+    ctx.offered = frozenset(t.name for t in tools)
     cancel = cancel or threading.Event()
 
     def talk() -> Conversation:

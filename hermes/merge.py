@@ -68,6 +68,8 @@ def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, A
         "check_statistics": aggregate_rewards(totals["rewards"]),
         "api_calls": totals["api_calls"],
         "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
+        "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(totals["aux_usage"].items())},
     }
     journal.write_atomic(run_path / "statistics.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
@@ -86,6 +88,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
     counts: Counter = Counter()
     rewards: dict[str, Any] = {}
     usage: Counter = Counter()
+    aux_usage: dict[str, Counter] = {}
     tools: dict[str, dict] = {}
     reasoning: dict[str, int] = {}
     api_calls = 0
@@ -101,6 +104,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
             # Every attempt counts towards calls and tokens, failed and duplicate ones too.
             api_calls += tail.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+            add_aux_usage(aux_usage, meta.get("aux_usage"))
             if not wins[line >> 3] & (1 << (line & 7)):
                 continue
             status = meta.get("status")
@@ -119,8 +123,16 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
                 add_tool_stats(tools, tail.get("tool_stats"))
                 add_reasoning(reasoning, meta.get("reasoning"))
                 out.write(head if head is not None else _without_hermes(tail))
-    return {"counts": counts, "usage": usage, "tools": tools, "reasoning": reasoning, "api_calls": api_calls,
-            "rewards": rewards}
+    return {"counts": counts, "usage": usage, "aux_usage": aux_usage, "tools": tools, "reasoning": reasoning,
+            "api_calls": api_calls, "rewards": rewards}
+
+
+def add_aux_usage(totals: dict[str, Counter], aux: Any) -> None:
+    """Add one entry's hermes.aux_usage ({kind: {"calls", token counts...}}) into running totals."""
+    for kind, counts in (aux or {}).items() if isinstance(aux, dict) else ():
+        if isinstance(counts, dict):
+            totals.setdefault(str(kind), Counter()).update(
+                {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)})
 
 
 def _without_hermes(entry: dict[str, Any]) -> bytes:

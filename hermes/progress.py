@@ -18,6 +18,7 @@ class ProgressLine:
         self._last = 0.0
         self._min_interval = min_interval
         self._tty = sys.stderr.isatty()
+        self._terminal_gone = False
 
     def prompt_done(self, entry: dict[str, Any]) -> None:
         with self._lock:
@@ -38,8 +39,15 @@ class ProgressLine:
         bar = "#" * int(width * pct / 100)
         detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         line = f"[{bar:<{width}}] {finished}/{self.total} prompts ({pct:.0f}%) {detail}"
-        if self._tty:
-            sys.stderr.write("\r" + line + ("\n" if finished >= self.total else ""))
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        if self._terminal_gone:
+            return
+        try:
+            if self._tty:
+                sys.stderr.write("\r" + line + ("\n" if finished >= self.total else ""))
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            # The reader of our stderr is gone (a killed Prefect worker, a closed terminal): the run
+            # goes on, its progress is in the journal; a progress line must never fail a prompt.
+            self._terminal_gone = True

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermes.netpolicy import ALLOW_ENV, parse_hosts
+from hermes.distributions import DISTRIBUTIONS
 from hermes.sandbox.base import SandboxSettings
 from hermes.tools import toolset_settings_model
 
@@ -24,6 +25,9 @@ API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
 
 class AgentSettings(BaseModel):
     """How one agent run talks to its model and where its tools run: shared by batch runs and chat."""
+
+    # A misspelt key (max_sample) is refused, naming it, instead of silently running with the default.
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field("anthropic/claude-sonnet-4.6", description="model name sent to the endpoint")
     base_url: str = Field("https://openrouter.ai/api/v1", description="any OpenAI-compatible endpoint")
@@ -61,12 +65,14 @@ class AgentSettings(BaseModel):
 def _own_fields_first(schema: dict) -> None:
     """Show a run's own fields (dataset, batch size, run name) before the inherited model fields in forms."""
     own = [k for k in RunSettings.__annotations__ if k in schema.get("properties", {})]
+    # The registry's names as the schema's choices: a dropdown in the form, refused at flow-run creation.
+    schema["properties"]["distribution"]["enum"] = list(DISTRIBUTIONS)
     props = schema["properties"]
     schema["properties"] = {**{k: props[k] for k in own}, **{k: v for k, v in props.items() if k not in own}}
 
 
 class RunSettings(AgentSettings):
-    model_config = ConfigDict(json_schema_extra=_own_fields_first)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_own_fields_first)
 
     dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
     batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
@@ -98,4 +104,11 @@ class RunSettings(AgentSettings):
     def _safe_run_name(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
             raise ValueError("run_name must be letters, digits, '.', '_' or '-' (it names a folder)")
+        return v
+
+    @field_validator("distribution")
+    @classmethod
+    def _known_distribution(cls, v: str) -> str:
+        if v not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution '{v}'; choose one of: {', '.join(DISTRIBUTIONS)}")
         return v

@@ -43,11 +43,14 @@ def publish(run_path: Path, stats: dict, max_failed_share: float | None = None) 
         scalars.append({"statistic": f"reasoning.{k}", "value": v})
     for k, v in (stats.get("usage") or {}).items():
         scalars.append({"statistic": f"usage.{k}", "value": v})
+    for kind, counts in (stats.get("aux_usage") or {}).items():  # tools' own model calls (vision, image_gen)
+        scalars += [{"statistic": f"aux_usage.{kind}.{k}", "value": v} for k, v in counts.items()]
     create_table_artifact(scalars, key=f"statistics-{key}", description=f"Statistics of run '{name}' (statistics.json)")
 
+    # Always published, so every run has the artifacts the docs list; a run without tool calls says so.
     tools = [{"tool": t, **v} for t, v in (stats.get("tool_statistics") or {}).items()]
-    if tools:
-        create_table_artifact(tools, key=f"tools-{key}", description=f"Tool calls in the trajectories of run '{name}'")
+    create_table_artifact(tools or [{"tool": "(no tool calls)", "count": 0}], key=f"tools-{key}",
+                          description=f"Tool calls in the trajectories of run '{name}'")
 
     failed = failed_prompts(run_path) if stats.get("prompts_failed") else []
     if failed:

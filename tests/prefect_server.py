@@ -27,6 +27,18 @@ class PrefectServer:
     api_url: str
     env: dict[str, str]
     log: Path
+    proc: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        """Stop the server now (its process group), as if it went away under its clients."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
 
 
 def _free_port() -> int:
@@ -36,14 +48,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_prefect_server(home: Path, startup_timeout: float = 180) -> Iterator[PrefectServer]:
+def running_prefect_server(home: Path, startup_timeout: float = 180,
+                           extra_env: dict[str, str] | None = None) -> Iterator[PrefectServer]:
     home.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
-           "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore"}
+           "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore", **(extra_env or {})}
     log = home / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
@@ -62,12 +75,6 @@ def running_prefect_server(home: Path, startup_timeout: float = 180) -> Iterator
             if time.monotonic() > deadline:
                 raise RuntimeError(f"prefect server did not answer in {startup_timeout}s:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield PrefectServer(api_url=api_url, env=env, log=log)
+        yield PrefectServer(api_url=api_url, env=env, log=log, proc=proc)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        PrefectServer(api_url=api_url, env=env, log=log, proc=proc).stop()

@@ -41,7 +41,7 @@ def test_direct_run_writes_what_a_prefect_run_writes_and_never_loads_prefect(tmp
     done = cli(tmp_path, dataset, "direct", mock_llm.base_url, "--engine=direct", importtime=True)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = imported_modules(done.stderr)
-    assert "hermes.direct" in loaded and "docker" in loaded
+    assert {"hermes.direct", "hermes.orchestration", "docker"} <= loaded  # the one orchestration, no Prefect
     assert not {m for m in loaded if m == "prefect" or m.startswith("prefect.")}, "the direct engine loaded Prefect"
 
     out = tmp_path / "data" / "direct"

@@ -23,11 +23,12 @@ import pytest
 from hermes.rundir import RunLock
 from tests.conftest import containers_of
 from tests.prefect_server import PrefectServer, running_prefect_server
-from tests.helpers import HeaderRecorder, script, write_dataset, read_jsonl
+from tests.helpers import HeaderRecorder, script, until, write_dataset, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "hermes"  # the work pool named in prefect.yaml
 FINAL_WAIT = 420  # seconds before a run that never ends is reported (not a timing assertion)
+CRASH_WAIT = 300  # seconds for the automation to mark a silent run Crashed (it should take 90-130)
 RUN_NAMES: list[str] = []  # containers of these runs are removed at teardown, whatever happened
 
 
@@ -39,6 +40,16 @@ class Stack:
     base_url: str
     data: Path
     keys: HeaderRecorder  # the Authorization header of every model call the runs made
+    worker: subprocess.Popen | None = None
+
+    def start_worker(self) -> subprocess.Popen:
+        """`prefect worker start` from a folder outside the repo, its output appended to worker_log."""
+        (self.data.parent / "elsewhere").mkdir(exist_ok=True)
+        with open(self.worker_log, "ab") as log:
+            self.worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL],
+                                           cwd=self.data.parent / "elsewhere", env=self.env, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+        return self.worker
 
     def prefect(self, *args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=cwd, env=self.env,
@@ -68,8 +79,8 @@ class Stack:
         assert m, out
         return m.group(1)
 
-    def wait_final(self, flow_run_id: str):
-        deadline = time.monotonic() + FINAL_WAIT
+    def wait_final(self, flow_run_id: str, timeout: float = FINAL_WAIT):
+        deadline = time.monotonic() + timeout
         with self.client() as client:
             while True:
                 run = client.read_flow_run(flow_run_id)
@@ -77,7 +88,7 @@ class Stack:
                     return run
                 if time.monotonic() > deadline:
                     pytest.fail(f"flow run {flow_run_id} still {run.state.name if run.state else None} "
-                                f"after {FINAL_WAIT}s; worker log:\n{self.worker_log.read_text()[-5000:]}")
+                                f"after {timeout}s; worker log:\n{self.worker_log.read_text()[-5000:]}")
                 time.sleep(1)
 
     def artifacts(self, flow_run_id: str) -> dict[str, Any]:
@@ -146,7 +157,9 @@ def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
     from hermes.sandbox import cleanup
 
     base = tmp_path_factory.mktemp("prefect-deployments")
-    with running_prefect_server(base / "server") as server, MockLLM() as llm, HeaderRecorder(llm.url) as keys:
+    # The scheduler looks for due schedules every 2 s instead of every 60 s.
+    with running_prefect_server(base / "server", extra_env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}) \
+            as server, MockLLM() as llm, HeaderRecorder(llm.url) as keys:
         env = {**server.env, "PREFECT_WORKER_QUERY_SECONDS": "2", "HERMES_API_KEY": "from-worker-env"}
         st = Stack(server=server, env=env, worker_log=base / "worker.log", base_url=keys.base_url, data=base / "data",
                    keys=keys)
@@ -154,15 +167,13 @@ def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
         deployed = st.prefect("--no-prompt", "deploy", "--all")
         for name in ("batch-run/batch-run", "merge-run/merge-run", "batch-run/nightly-eval"):
             assert f"Deployment '{name}' successfully created" in deployed.stdout, deployed.stdout[-3000:]
-        (base / "elsewhere").mkdir()
-        with open(st.worker_log, "wb") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL],
-                                      cwd=base / "elsewhere", env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        created = st.prefect("automation", "create", "--from-file", "deployments/prefect/automations.yaml")
+        assert "hermes-batch-crash-silent-runs" in created.stdout, created.stdout
+        st.start_worker()
         try:
             yield st
         finally:
-            _stop(worker)
+            _stop(st.worker)
             for run_name in RUN_NAMES:
                 cleanup(run_name)
 
@@ -183,12 +194,19 @@ def test_prefect_yaml_deploys_the_three_deployments(stack):
     assert "api_key" not in json.dumps(fields).replace("api_key_secret", "")  # the key is never a parameter
     assert schema["properties"]["api_key_secret"]["description"]
     assert batch.parameters["settings"]["dataset_file"] == "deployments/demo/prompts.jsonl"
+    # Typos are refused by the schema itself; the distribution is a dropdown of the registry's names.
+    from hermes.distributions import DISTRIBUTIONS
+
+    assert schema["definitions"]["RunSettings"]["additionalProperties"] is False
+    assert schema["definitions"]["SandboxSettings"]["additionalProperties"] is False
+    assert fields["distribution"]["enum"] == list(DISTRIBUTIONS) and fields["distribution"]["default"] == "default"
 
     # Flow code is found where `prefect deploy` ran, whatever the worker's folder.
     for d in (batch, merge, nightly):
         assert d.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
         assert d.work_pool_name == POOL
         assert d.job_variables["env"]["PREFECT_LOGGING_EXTRA_LOGGERS"] == "hermes"
+        assert d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"  # for the zombie-run automation
         assert d.global_concurrency_limit.limit == 1
     assert batch.concurrency_options.collision_strategy.value == "ENQUEUE"
     assert nightly.concurrency_options.collision_strategy.value == "CANCEL_NEW"
@@ -228,6 +246,21 @@ def test_batch_run_deployment_through_a_worker(stack, tmp_path, docker_engine):
     assert stats["total_prompts"] == 7 and stats["trajectories_written"] == 7 and stats["prompts_failed"] == 0
     assert stats["total_batches"] == 3
     assert containers_of(docker_engine, "deployed") == []
+
+    # The graph the UI draws: plan, a batch and a record task per batch, merge, report.
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    def task_names():
+        with stack.client() as client:
+            found = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+        # Tasks without a run name of their own are named "<task>-<3 hex digits>".
+        return sorted(re.sub(r"^(plan-run|merge-run|publish-report)-[0-9a-f]{3}$", r"\1", t.name)
+                      for t in found if t.state and t.state.is_completed())
+    graph = ["batch-0", "batch-1", "batch-2", "merge-run", "plan-run", "publish-report", "record-0", "record-1",
+             "record-2"]
+    with contextlib.suppress(AssertionError):
+        until(lambda: task_names() == graph, "the run's task runs recorded", timeout=60)
+    assert task_names() == graph
 
     arts = stack.artifacts(run_id)
     assert {"progress", "statistics", "tools", "summary"} <= set(arts) and "failed" not in arts
@@ -312,8 +345,124 @@ def test_scheduled_deployment_gets_a_folder_per_run(stack, tmp_path, docker_engi
     run = stack.wait_final(stack.run_deployment("batch-run/nightly-eval", "-p", f"settings={json.dumps(settings)}"))
     assert run.state.type.value == "COMPLETED", run.state.message
     [folder] = [p for p in stack.data.glob("nightly-t-*") if p.is_dir()]
-    assert re.fullmatch(r"nightly-t-\d{4}-\d\d-\d\dT\d{4}Z", folder.name)
+    assert re.fullmatch(r"nightly-t-\d{4}-\d\d-\d\dT\d{6}Z", folder.name)
     assert run.name == f"batch-{folder.name}"
     assert len(read_jsonl(folder / "trajectories.jsonl")) == 2
     RUN_NAMES.append(folder.name)
     assert containers_of(docker_engine, folder.name) == []
+
+
+def test_typos_are_refused_when_the_run_is_created(stack, tmp_path):
+    """A misspelt key, an unknown distribution, an impossible memory size: refused at submit, naming the field."""
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    dataset = write_dataset(tmp_path / "p.jsonl", [{"prompt": "hello"}])
+    good = stack.settings(dataset, "typos")
+    with stack.client() as client:
+        deployment = client.read_deployment_by_name("batch-run/batch-run")
+        for bad, field, says in [({"max_sample": 3}, "settings", "max_sample"),
+                                 ({"distribution": "nope"}, "settings.distribution", "'nope' is not one of"),
+                                 ({"sandbox": {"memory": "lots"}}, "settings.sandbox.memory", "'lots' does not match")]:
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                client.create_flow_run_from_deployment(deployment.id, parameters={"settings": {**good, **bad}})
+            detail = refused.value.response.json()["detail"]
+            assert f"Validation failed for field '{field}'" in detail and says in detail, detail
+        runs = client.read_flow_runs()
+    assert not [r for r in runs if r.parameters.get("settings", {}).get("run_name") == "typos"]  # none was made
+
+    # A dataset that does not exist fails the run at once, naming it.
+    missing = stack.settings(tmp_path / "no-such.jsonl", "no-dataset")
+    run = stack.wait_final(stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": missing})))
+    assert run.state.type.value == "FAILED" and str(tmp_path / "no-such.jsonl") in run.state.message
+
+
+def _sleepy(text: str, seconds: int) -> dict:
+    return {"prompt": f"{text} " + script(
+        {"reasoning": "wait", "tool_calls": [{"name": "terminal", "arguments": {"command": f"sleep {seconds}"}}]},
+        {"reasoning": "ok", "content": "done"})}
+
+
+def _journal(out: Path) -> list[dict]:
+    return [e for p in sorted(out.glob("batch_*.jsonl")) for e in read_jsonl(p)]
+
+
+def test_a_run_whose_process_dies_is_crashed_and_retry_resumes_it(stack, tmp_path, docker_engine):
+    """kill -9 of the worker and its flow-run process mid-run: the shipped automation marks the run
+    Crashed (its heartbeats stopped), Retry resumes it, every prompt is in the output once."""
+    rows = [{"prompt": f"quick {i}"} for i in range(3)] + [_sleepy(f"slow {i}", 6) for i in range(3)]
+    settings = stack.settings(write_dataset(tmp_path / "p.jsonl", rows), "killed", num_workers=6)
+    run_id = stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": settings}))
+    out = stack.data / "killed"
+    until(lambda: out.is_dir() and len(_journal(out)) >= 3 and len(containers_of(docker_engine, "killed")) >= 3,
+          "the quick prompts done, the slow ones in their containers", timeout=180)
+    for pid in [stack.worker.pid, *_descendants(stack.worker.pid)]:
+        _signal(pid, signal.SIGKILL)
+    stack.worker.wait()
+    done_before = len(_journal(out))
+
+    deadline = time.monotonic() + CRASH_WAIT
+    with stack.client() as client:
+        while (state := client.read_flow_run(run_id).state).type.value != "CRASHED":
+            assert state.type.value == "RUNNING" and time.monotonic() < deadline, f"{state.type.value} {state.message}"
+            time.sleep(2)
+    assert "heartbeat" in state.message
+
+    stack.start_worker()
+    retried = stack.prefect("flow-run", "retry", run_id)
+    assert "retry" in retried.stdout.lower(), retried.stdout
+    run = stack.wait_final(run_id)
+    assert run.state.type.value == "COMPLETED", f"{run.state.message}\n{stack.worker_log.read_text()[-5000:]}"
+    entries = read_jsonl(out / "trajectories.jsonl")
+    assert sorted(e["conversations"][1]["value"] for e in entries) == sorted(r["prompt"] for r in rows)
+    assert done_before >= 3 and len(_journal(out)) == len(rows)  # what had finished did not run again
+    assert containers_of(docker_engine, "killed") == []
+
+
+def test_two_scheduled_runs_of_the_batch_deployment_get_two_folders(stack, tmp_path, docker_engine):
+    """A schedule added to batch-run (its run_name fixed): each scheduled run gets its own folder."""
+    from datetime import datetime, timedelta, timezone
+
+    from prefect.client.schemas.schedules import RRuleSchedule
+
+    settings = stack.settings(write_dataset(tmp_path / "p.jsonl", [{"prompt": "scheduled hello"}]), "every")
+    start = (datetime.now(timezone.utc) + timedelta(seconds=8)).strftime("%Y%m%dT%H%M%SZ")
+    with stack.client() as client:
+        deployment = client.read_deployment_by_name("batch-run/batch-run")
+        [schedule] = client.create_deployment_schedules(
+            deployment.id, [(RRuleSchedule(rrule=f"DTSTART:{start}\nRRULE:FREQ=SECONDLY;INTERVAL=5;COUNT=2"), True)],
+            parameters={"settings": settings})
+        try:
+            def scheduled():
+                return [r for r in client.read_flow_runs() if r.deployment_id == deployment.id
+                        and "auto-scheduled" in r.tags]
+            until(lambda: len(scheduled()) == 2, "two runs from the schedule", timeout=120)
+            runs = [stack.wait_final(r.id) for r in scheduled()]
+        finally:
+            client.delete_deployment_schedule(deployment.id, schedule.id)
+    assert [r.state.type.value for r in runs] == ["COMPLETED", "COMPLETED"], [r.state.message for r in runs]
+    folders = sorted(p.name for p in stack.data.glob("every-*") if p.is_dir())
+    RUN_NAMES.extend(folders)
+    assert len(folders) == 2 and sorted(r.name for r in runs) == [f"batch-{f}" for f in folders]
+    for folder in folders:
+        assert [e["conversations"][1]["value"] for e in read_jsonl(stack.data / folder / "trajectories.jsonl")] \
+            == ["scheduled hello"]
+
+
+# Stops the module's Prefect server: keep it the last test of this module.
+def test_a_run_finishes_when_the_prefect_server_goes_away(stack, tmp_path, docker_engine):
+    rows = [_sleepy(f"slow {i}", 4) for i in range(4)] + [{"prompt": f"quick {i}"} for i in range(2)]
+    settings = stack.settings(write_dataset(tmp_path / "p.jsonl", rows), "server-gone", num_workers=2)
+    stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": settings}))
+    out = stack.data / "server-gone"
+    until(lambda: len(containers_of(docker_engine, "server-gone")) >= 1, "the run under way", timeout=180)
+    stack.server.stop()
+
+    until(lambda: "PREFECT LOST" in stack.worker_log.read_text(errors="replace"), "the run to say Prefect was lost",
+          timeout=300)
+    until(lambda: not _descendants(stack.worker.pid), "the flow-run process to exit", timeout=60)
+    log = stack.worker_log.read_text(errors="replace")
+    assert "the run finished without it" in log and str(out / "trajectories.jsonl") in log
+    entries = read_jsonl(out / "trajectories.jsonl")
+    assert sorted(e["conversations"][1]["value"] for e in entries) == sorted(r["prompt"] for r in rows)
+    assert json.loads((out / "statistics.json").read_text())["trajectories_written"] == len(rows)
+    assert containers_of(docker_engine, "server-gone") == []

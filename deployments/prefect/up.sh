@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A local Prefect setup for hermes-batch, in one command:
 #   Prefect server (UI on http://127.0.0.1:4200) -> work pool 'hermes' -> `prefect deploy --all`
-#   -> the demo model server on :8808 -> a worker in the foreground.
+#   -> the zombie-run automation -> the demo model server on :8808 -> a worker in the foreground.
+# Each part runs in a process group of its own, so losing one takes no other down: a worker that
+# dies (killed, crashed) is started again, and the server and the model server keep running.
 # Ctrl-C stops the worker and whatever else this script started; a server or model server
 # that was already running is reused and left alone.
 #
@@ -18,7 +20,7 @@ MOCK=1
 for arg in "$@"; do
   case "$arg" in
     --no-mock) MOCK=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown option: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -92,7 +94,15 @@ else
 fi
 
 echo "== deployments (prefect.yaml)"
-"$PY" -m prefect --no-prompt deploy --all | grep -E "successfully created|Error|error" || true
+# Wide enough that rich does not cut the deployment ids printed after "successfully created".
+COLUMNS=250 "$PY" -m prefect --no-prompt deploy --all | grep -E "successfully created|Error|error" || true
+
+echo "== automations (deployments/prefect/automations.yaml)"
+if "$PY" -m prefect automation inspect hermes-batch-crash-silent-runs >/dev/null 2>&1; then
+  echo "exist"
+else
+  "$PY" -m prefect automation create --from-file deployments/prefect/automations.yaml
+fi
 
 if [[ $MOCK == 1 ]]; then
   echo "== demo model server on 127.0.0.1:$MOCK_PORT (the batch-run deployment's default base_url)"
@@ -118,6 +128,16 @@ cat <<EOF
 Starting the worker (Ctrl-C stops it and what this script started)...
 
 EOF
-with_sigint "$PY" -m prefect worker start --pool "$POOL" &
-WORKER=$!
-wait "$WORKER"
+# The worker in a loop: one that dies is started again, and nothing else is stopped. (A flow run
+# its death orphaned carries on and reports to the server; one that died with it is marked
+# Crashed by the automation and resumes with Retry.)
+while true; do
+  with_sigint "$PY" -m prefect worker start --pool "$POOL" &
+  WORKER=$!
+  code=0
+  wait "$WORKER" || code=$?
+  WORKER=""
+  echo "== the worker exited ($code); the server and the model server keep running." \
+       "Starting it again in 5 s (Ctrl-C stops everything)" >&2
+  sleep 5
+done

@@ -11,7 +11,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol, runtime_checkable
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 #: label every container made by this product carries; its value is the run id
@@ -86,8 +86,14 @@ BackendName = Annotated[str, AfterValidator(_registered),
                         Field(json_schema_extra=lambda schema: schema.update(enum=list(_backend_names())))]
 
 
+#: a size as the Docker engine takes it: digits and an optional unit b, k, m or g ("512m", "1g")
+SIZE_PATTERN = r"^[0-9]+[bkmgBKMG]?$"
+
+
 class SandboxSettings(BaseModel):
     """How sandboxes are made. Every default is the safe one."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is refused, not ignored
 
     backend: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
     image: str = Field(default_factory=lambda: os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE,
@@ -97,13 +103,14 @@ class SandboxSettings(BaseModel):
                                 "(gVisor; HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh registers it); "
                                 "the engine's default (runc) if unset. A run naming a runtime the engine lacks is refused")
     network: bool = Field(False, description="give containers network access")
-    memory: str = Field("1g", description="memory limit per container (swap not allowed beyond it)")
+    memory: str = Field("1g", pattern=SIZE_PATTERN, description="memory limit per container, like 512m or 2g "
+                        "(swap not allowed beyond it)")
     cpus: float = Field(1.0, gt=0, description="CPU limit per container")
     pids_limit: int = Field(256, gt=0, description="process limit per container")
     user: str = Field("65534:65534", description="uid:gid commands run as (non-root)")
     read_only: bool = Field(True, description="read-only root filesystem, writable tmpfs work space")
     workdir: str = Field("/workspace", description="working directory when the row names no cwd")
-    tmpfs_size: str = Field("256m", description="size cap of each writable tmpfs (/tmp, workdir, the row's cwd); "
+    tmpfs_size: str = Field("256m", pattern=SIZE_PATTERN, description="size cap of each writable tmpfs (/tmp, workdir, the row's cwd); "
                             "their contents count against `memory`: keep the sum below it")
     command_timeout: float = Field(60.0, description="seconds before a command is killed")
     output_limit: int = Field(50_000, description="characters of command output returned to the model")

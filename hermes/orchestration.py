@@ -1,0 +1,82 @@
+"""The life of one run invocation, whichever engine carries it out (the Prefect flow or `--engine direct`).
+
+    open (refuse/resume, lock, validate) -> plan what is owed -> fan batches out (prompts in
+    flight bounded by --num_workers) -> record each batch as it lands -> merge -> fail the run
+    if too many prompts failed
+
+`run` is that sequence and nothing else. `Steps` says how each step is carried out: its
+defaults are plain calls on a thread pool (the direct engine, hermes/direct.py); the Prefect
+flow (flows/batch.py, tasks/steps.py) gives tasks, its task runner, progress artifacts and a
+way on when its API goes away. A run started one way resumes the other way: the journal,
+index, checkpoint and outputs are the same. Nothing here imports Prefect.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from hermes import merge, runner
+from hermes.outcome import check_failed_share
+from hermes.progress import ProgressLine
+from hermes.session import Batch, RunSession
+from hermes.settings import RunSettings
+
+
+class BatchFuture(Protocol):
+    """What a fanned-out batch hands back: concurrent.futures and Prefect futures both fit."""
+
+    def result(self) -> Any: ...
+
+
+#: submit(batch, ctx) starts one batch and returns its future
+Submit = Callable[[Batch, runner.RunContext], BatchFuture]
+
+
+class Steps:
+    """How the steps of a run are carried out. These defaults run them in this process, on threads."""
+
+    def plan(self, session: RunSession) -> list[Batch]:
+        return session.plan()
+
+    def progress(self, run_name: str, total: int) -> Callable[[dict[str, Any]], None]:
+        """The callback fed one journal entry per finished prompt."""
+        return ProgressLine(total).prompt_done
+
+    @contextlib.contextmanager
+    def fan_out(self, num_workers: int) -> Iterator[Submit]:
+        # num_workers batches at once at most; the run's limiter bounds prompts in flight across them.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="batch") as pool:
+            yield lambda batch, ctx: pool.submit(runner.run_batch, batch.num, batch.rows, ctx)
+
+    def as_completed(self, futures: Iterable[BatchFuture]) -> Iterator[BatchFuture]:
+        return concurrent.futures.as_completed(futures)  # type: ignore[arg-type]
+
+    def record(self, session: RunSession, batch: Batch) -> None:
+        session.record(batch)
+
+    def merge(self, run_path: Path, max_failed_share: float) -> dict[str, Any]:
+        return merge.merge(run_path)
+
+
+def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | None = None) -> dict[str, Any]:
+    """One invocation of a run, start to end; returns the run's statistics (statistics.json).
+
+    Raises RunRefused (before anything ran) or TooManyFailedPrompts (after the outputs were written).
+    """
+    steps = steps or Steps()
+    session = RunSession.open(settings, api_key=api_key)
+    try:
+        batches = steps.plan(session)
+        session.ctx.on_prompt_done = steps.progress(settings.run_name, sum(len(b.rows) for b in batches))
+        with steps.fan_out(settings.num_workers) as submit:
+            futures = {submit(b, session.ctx): b for b in batches}
+            for future in steps.as_completed(futures):
+                steps.record(session, futures[future])  # index it as soon as it lands, whatever else fails
+                future.result()
+    finally:
+        session.close()
+    stats = steps.merge(session.path, settings.max_failed_share)
+    check_failed_share(stats, settings.max_failed_share, session.path)
+    return stats
