@@ -1,6 +1,6 @@
 """A prompt's sandbox work, old path against new, side by side in one run.
 
-    python -m bench.sandbox_ops [--sequences 40] [--concurrency 4] [--rounds 4] [--image hermes-sandbox:latest]
+    python -m bench.sandbox_ops [--sequences 40] [--concurrency 4] [--rounds 4] [--image hermes-sandbox-mini:latest]
 
 One sequence is what a prompt of workload 2 asks of its sandbox: create+start, write_file,
 a terminal command, read_file, close. Variants:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sequences", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--image", default="hermes-sandbox:latest")
+    ap.add_argument("--image", default="hermes-sandbox-mini:latest")
     a = ap.parse_args(argv)
     variants = {"old": lambda: prompt_like(a.image, False), "new": lambda: prompt_like(a.image, True),
                 "bare": lambda: bare(a.image)}

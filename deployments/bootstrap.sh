@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Set up a machine for hermes-batch: the Python package, a Docker engine that answers, and the
-# default sandbox image (built offline when no registry can be reached). Safe to run again.
+# sandbox images (built offline when no registry can be reached). Safe to run again.
+#   HERMES_INSTALL_RUNSC=1  also install gVisor (runsc) and register it with the engine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
-apt_install() {
-  if [ -z "${_APT_UPDATED:-}" ]; then as_root apt-get update -qq; _APT_UPDATED=1; fi
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+apt_install() {  # others may hold apt's lock (unattended upgrades, a parallel install): wait for it
+  if [ -z "${_APT_UPDATED:-}" ]; then as_root apt-get -o DPkg::Lock::Timeout=300 update -qq; _APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >/dev/null
 }
 
 log "installing the hermes-batch package and its test and benchmark dependencies"
@@ -36,10 +37,44 @@ if ! engine_answers; then
 fi
 log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
 
-# The offline image builder takes its shell from Debian's static busybox.
-if command -v dpkg >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
-  apt_install busybox-static || log "could not install busybox-static; the offline image build needs it"
+# The small image's shell is Debian's static busybox; the default image, where no registry
+# answers, is made by debootstrap from this machine's own Debian mirror.
+if command -v dpkg >/dev/null 2>&1; then
+  for pkg in busybox-static debootstrap; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || apt_install "$pkg" || log "could not install $pkg; the image builds need it"
+  done
 fi
+
+# gVisor (--sandbox_runtime runsc), when asked: Debian's runsc package, registered with the engine
+# in daemon.json and loaded by SIGHUP (dockerd reloads its runtimes without a restart). runsc's own
+# network stack is off (--network=none): a sandbox has no network by default, and gVisor cannot
+# join the engine's "none" namespace here.
+if [ "${HERMES_INSTALL_RUNSC:-0}" = 1 ]; then
+  command -v runsc >/dev/null 2>&1 || apt_install runsc || { log "cannot install runsc"; exit 1; }
+  if ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+    log "registering runsc with the Docker engine"
+    as_root python3 - "$(command -v runsc)" <<'PY'
+import json, os, sys
+path = "/etc/docker/daemon.json"
+cfg = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--network=none"]}
+os.makedirs("/etc/docker", exist_ok=True)
+with open(path + ".tmp", "w") as f:
+    json.dump(cfg, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker 2>/dev/null; then
+      as_root systemctl reload docker
+    else
+      as_root kill -HUP "$(pgrep -x dockerd | head -1)"
+    fi
+    for _ in $(seq 30); do docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' && break; sleep 1; done
+    docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' || { log "the engine did not take the runsc runtime"; exit 1; }
+  fi
+  log "gVisor runtime runsc registered"
+fi
+
+
 # The browser toolset: Debian's Chromium (never a browser download at run time) and the unprivileged
 # account it runs as, with Chromium's own sandbox, when hermes runs as root.
 if ! command -v chromium >/dev/null 2>&1; then
@@ -49,7 +84,11 @@ if [ "$(id -u)" = 0 ] && ! id hermes-browser >/dev/null 2>&1; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin hermes-browser \
     || log "could not create the hermes-browser user; the browser runs as nobody"
 fi
-python3 -m hermes.sandbox.image ensure
+
+# The default image (Debian with python3: ~90 s once, offline) and the small busybox one; each
+# is left alone when it exists with its recipe's label.
+python3 -m hermes.sandbox.image ensure --tag hermes-sandbox:bookworm
+python3 -m hermes.sandbox.image ensure --tag hermes-sandbox-mini:latest
 
 # The API server's tests drive it with the official openai-node SDK too (4.x and 6.x).
 if ! command -v npm >/dev/null 2>&1; then

@@ -3,20 +3,23 @@
 The sandbox is lazy (made on the first tool call, or with prefetch while the model thinks) and
 gone when the conversation returns, whatever happened; the caller only says what differs:
 
-    batch prompt   image_first, prefetch (the run's setting), remove_in_background
+    batch prompt   image_first, prefetch (the run's setting), remove_in_background, the row's
+                   prepare/judge (hermes.task), timeout (--prompt_timeout)
     chat           nothing: a container on first use, removed before the command exits
     API request    events (streamed to the client), cancel (the client left)
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from hermes.agent import AgentEvents, AgentRun, run_agent
+from hermes.entry import Reward
 from hermes.model import ModelClient
-from hermes.sandbox import SandboxBackend, SandboxSpec
+from hermes.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from hermes.sandbox.lazy import LazySandbox
 from hermes.netpolicy import NetPolicy
 from hermes.settings import AgentSettings
@@ -40,6 +43,12 @@ class Conversation:
     sandbox_wait: float | None
     #: what the tool calls ran with: aux_usage and files of the conversation are in it
     tools: ToolContext
+    #: the row's check, judged in the sandbox once the agent finished (None: no check, or not reached)
+    reward: Reward | None = None
+
+
+class PromptTimeout(SandboxError):
+    """The conversation passed its wall-clock limit: it was cancelled and its sandbox removed."""
 
 
 def converse(
@@ -59,6 +68,9 @@ def converse(
     remove_in_background: bool = False,
     image_first: bool = False,
     on_sandbox: Callable[[LazySandbox], None] | None = None,
+    prepare: Callable[[Sandbox], None] | None = None,
+    judge: Callable[[Sandbox], Reward] | None = None,
+    timeout: float | None = None,
 ) -> Conversation:
     """Run the agent on `prompt` (a user message, or a conversation without system messages)
     offering `tools` (registered Tools); the calls of tools that need the sandbox run in one
@@ -73,10 +85,19 @@ def converse(
     to the backend's removers (the run's end waits for them). on_sandbox: called with the
     (lazy) sandbox before the agent starts, e.g. so that a stop can close it mid-command.
 
+    prepare: run in the sandbox before the agent starts (a row's files and setup; what it raises
+    fails the conversation before any model call). judge: run in the same sandbox once the agent
+    finished without error, before the sandbox goes; its Reward is the result's. Either makes
+    the conversation have a sandbox whatever its tools.
+
+    timeout: seconds the whole conversation (prepare, model calls, tools, judge) may take; past
+    them it is cancelled, its sandbox removed at once (a tool call blocked in it fails), and
+    PromptTimeout raised: the caller's thread is free on time, whatever a tool call does.
+
     Raises what the agent loop or image_first raises; the sandbox is closed first, and the
     exception carries `sandbox_wait` as the result would have.
     """
-    sandboxed = needs_sandbox(tools)
+    sandboxed = needs_sandbox(tools) or prepare is not None or judge is not None
     if image_first and sandboxed:
         backend.ensure_image(spec.image)
     box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
@@ -86,14 +107,53 @@ def converse(
     ctx = context or ToolContext()
     ctx.sandbox = box
     ctx.offered = frozenset(t.name for t in tools)
-    try:
-        with box:
-            try:
-                run = run_agent(client, prompt, openai_schemas(tools), ctx, max_turns=max_turns,
-                                system_prompt=system_prompt, prefill=prefill, events=events, cancel=cancel)
-            finally:
-                ctx.close()
-    except Exception as e:
-        e.sandbox_wait = box.wait  # type: ignore[attr-defined]  # a failed prompt still records its wait
-        raise
-    return Conversation(run=run, sandbox_wait=box.wait, tools=ctx)
+    cancel = cancel or threading.Event()
+
+    def talk() -> Conversation:
+        reward = None
+        try:
+            with box:
+                try:
+                    if prepare is not None:
+                        prepare(box)
+                    run = run_agent(client, prompt, openai_schemas(tools), ctx, max_turns=max_turns,
+                                    system_prompt=system_prompt, prefill=prefill, events=events, cancel=cancel)
+                    if judge is not None and not run.error and not cancel.is_set():
+                        reward = judge(box)
+                finally:
+                    ctx.close()
+        except Exception as e:
+            e.sandbox_wait = box.wait  # type: ignore[attr-defined]  # a failed prompt still records its wait
+            raise
+        return Conversation(run=run, sandbox_wait=box.wait, tools=ctx, reward=reward)
+
+    if timeout is None:
+        return talk()
+    return _within(talk, timeout, cancel, box)
+
+
+def _within(talk: Callable[[], Conversation], timeout: float, cancel: threading.Event,
+            box: LazySandbox) -> Conversation:
+    """talk() in a thread of its own, given up on after `timeout` s: cancelled (the agent stops at
+    its next safe point) and its sandbox removed now, so a tool call blocked in it ends too."""
+    outcome: list[Any] = []
+
+    def body() -> None:
+        try:
+            outcome.append(talk())
+        except BaseException as e:  # handed to the caller's thread
+            outcome.append(e)
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(body,), name="conversation", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        cancel.set()
+        box.abort()
+        err = PromptTimeout(f"the prompt did not finish within its time limit of {timeout:g}s (--prompt_timeout): "
+                            "cancelled, its sandbox removed")
+        err.sandbox_wait = box.wait  # type: ignore[attr-defined]
+        raise err
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import from_json
 
 
@@ -34,7 +34,11 @@ class DatasetError(ValueError):
 
 
 class PromptRow(BaseModel):
-    """One dataset line. Unknown fields are kept and carried into the trajectory's metadata."""
+    """One dataset line. Unknown fields are kept and carried into the trajectory's metadata.
+
+    `files`, `setup` and `check` prepare and judge the prompt's sandbox (hermes.task); they are
+    neither shown to the model nor part of the trajectory or its metadata.
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -42,12 +46,36 @@ class PromptRow(BaseModel):
     image: str | None = None
     docker_image: str | None = None
     cwd: str | None = None
+    files: dict[str, str] | None = Field(None, description="path (relative: to the cwd) -> text, placed in the "
+                                         "sandbox before the agent starts")
+    setup: str | list[str] | None = Field(None, description="command(s) run in the sandbox before the agent "
+                                          "starts; one failing fails the prompt")
+    check: str | None = Field(None, min_length=1, description="command run in the sandbox after the agent "
+                              "finishes: its exit code and output are the entry's reward")
 
     @model_validator(mode="after")
     def _one_image(self):
         if self.image and self.docker_image and self.image != self.docker_image:
             raise ValueError("'image' and 'docker_image' disagree; give one")
         return self
+
+    @field_validator("setup")
+    @classmethod
+    def _commands(cls, v):
+        if isinstance(v, list) and not all(c.strip() for c in v):
+            raise ValueError("setup commands must not be empty")
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("setup must not be empty")
+        return v
+
+    @property
+    def setup_commands(self) -> list[str]:
+        return [self.setup] if isinstance(self.setup, str) else list(self.setup or [])
+
+    @property
+    def has_task(self) -> bool:
+        """Does the row prepare or check its sandbox (so it needs one whatever the tools)?"""
+        return bool(self.files or self.setup or self.check)
 
     @property
     def container_image(self) -> str | None:
@@ -193,7 +221,7 @@ def _fields(raw: bytes) -> tuple[str, str | None, str | None] | None:
         data = from_json(raw)
     except ValueError:
         return None
-    if type(data) is not dict:
+    if type(data) is not dict or _TASK_FIELDS & data.keys():  # rows that set up or check: the model checks them
         return None
     prompt, image, docker_image, cwd = (data.get(k) for k in ("prompt", "image", "docker_image", "cwd"))
     if type(prompt) is not str or not prompt:
@@ -203,6 +231,9 @@ def _fields(raw: bytes) -> tuple[str, str | None, str | None] | None:
     if image and docker_image and image != docker_image:
         return None
     return prompt, image or docker_image, cwd
+
+
+_TASK_FIELDS = frozenset(("files", "setup", "check"))
 
 
 def _validated(raw: bytes) -> PromptRow | None:

@@ -4,12 +4,14 @@ The reference's trajectory fields, then the `hermes` block (what this system add
 key, its status, its error, usage, timings). trajectories.jsonl is the entry without that block.
 
 The byte-slicing contract with the run index (hermes.run_index.split_entry / _outcome): the
-fields are serialised in declaration order, and the last five are, in this order,
-`api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts`, `hermes`. The index finds a
-line's outcome by cutting it at `, "hermes": {` and decodes only from `, "api_calls": ` on;
-merge copies a trajectory as the line cut at `, "hermes": {`, never re-encoded. Reordering
-these fields, or adding one after `api_calls`, silently turns every line into a whole decode
-and re-encode: tests/test_entry.py fails first.
+fields are serialised in declaration order, and the last ones are, in this order,
+`api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts`, `reward` (only when the row
+has a check: written only then), `hermes`. The index finds a line's outcome by cutting it at
+`, "hermes": {` and decodes only from `, "api_calls": ` on; merge copies a trajectory as the
+line cut at `, "hermes": {`, never re-encoded: so `reward` is in the trajectory and in the
+tail merge decodes. Reordering these fields, or adding one after `api_calls` without listing
+it in TAIL_KEYS, silently turns every line into a whole decode and re-encode:
+tests/test_entry.py fails first. A field in the tail must stay small (the index decodes it).
 """
 from __future__ import annotations
 
@@ -62,6 +64,19 @@ class HermesBlock(BaseModel):
     requeued: bool = False
 
 
+class Reward(BaseModel):
+    """The row's check, run in the prompt's sandbox after the agent finished (hermes.task)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool          # exit code 0, within the check's time limit
+    exit_code: int        # -1: killed (time limit) or the check could not run
+    output: str           # its stdout and stderr, the last hermes.task.CHECK_OUTPUT characters
+    truncated: bool
+    timed_out: bool
+    duration: float       # seconds
+
+
 class JournalEntry(BaseModel):
     """One line of a batch file. Field order is the line's key order (the contract above)."""
 
@@ -77,14 +92,17 @@ class JournalEntry(BaseModel):
     toolsets_used: list[str]
     tool_stats: dict[str, Any]
     tool_error_counts: dict[str, Any]
+    #: the row's check (None: the row has none, and the line has no `reward` key)
+    reward: Reward | None = None
     hermes: HermesBlock
 
     def record(self) -> dict[str, Any]:
         """The entry as the journal writes it: plain JSON values, in the contract's key order."""
-        data = self.model_dump()
+        data = self.model_dump(exclude={"reward"} if self.reward is None else None)
         data["hermes"]["status"] = self.hermes.status.value
         return data
 
 
-#: the entry's last keys, in order, as hermes.run_index.split_entry relies on them
-TAIL_KEYS = ("api_calls", "toolsets_used", "tool_stats", "tool_error_counts", "hermes")
+#: the entry's last keys, in order, as hermes.run_index.split_entry relies on them (`reward` only
+#: when there is one)
+TAIL_KEYS = ("api_calls", "toolsets_used", "tool_stats", "tool_error_counts", "reward", "hermes")

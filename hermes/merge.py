@@ -2,8 +2,9 @@
 
 Per content key the first successful entry wins, so a prompt is written once however many
 attempts it took. Kept: completed and partial entries; left out and counted: failed prompts,
-samples without reasoning (discarded when they ran) and entries calling a tool the system does
-not have.
+samples without reasoning (discarded when they ran), entries calling a tool the system does
+not have, and with require_check_pass (the run's --require_check_pass) entries whose row check
+did not pass or that had none. The checks' outcomes are summed in `check_statistics`.
 
 Memory is bounded whatever the run's size: no per-trajectory Python objects are kept; the run's
 DuckDB index (hermes.run_index) answers which line wins for each key and which prompts never
@@ -21,17 +22,21 @@ from typing import Any, BinaryIO
 from hermes import journal, rundir
 from hermes.entry import KEPT, Status
 from hermes.failures import group
-from hermes.stats import add_reasoning, add_tool_stats, aggregate_reasoning, aggregate_tool_stats
+from hermes.stats import (add_reasoning, add_reward, add_tool_stats, aggregate_reasoning, aggregate_rewards,
+                          aggregate_tool_stats)
 from hermes.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
 
 
-def merge(run_path: Path) -> dict[str, Any]:
+def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, Any]:
+    """require_check_pass: None takes the run's own setting (its manifest)."""
     manifest = rundir.read_manifest(run_path)
+    if require_check_pass is None:
+        require_check_pass = bool((manifest.get("settings") or {}).get("require_check_pass"))
     index = _open_index(run_path)
     try:
         tmp = run_path / ".trajectories.jsonl.tmp"
         with open(tmp, "wb", buffering=1 << 20) as out:
-            totals = _copy_winners(index, out)
+            totals = _copy_winners(index, out, require_check_pass)
         tmp.replace(run_path / "trajectories.jsonl")
         final_errors = index.final_errors()
         retried = index.retried_attempts()
@@ -61,6 +66,10 @@ def merge(run_path: Path) -> dict[str, Any]:
         "retries": retry_stats(retried),
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
+        "require_check_pass": require_check_pass,
+        "dropped_check_failed": counts["dropped_check_failed"],
+        "dropped_unchecked": counts["dropped_unchecked"],
+        "check_statistics": aggregate_rewards(totals["rewards"]),
         "api_calls": totals["api_calls"],
         "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
@@ -78,9 +87,10 @@ def _open_index(run_path: Path) -> RunIndex:
         return RunIndex(run_path, database=":memory:", lean=True)
 
 
-def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
+def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = False) -> dict[str, Any]:
     """Write each key's winning line without its hermes block; sum what statistics.json needs."""
     counts: Counter = Counter()
+    rewards: dict[str, Any] = {}
     usage: Counter = Counter()
     aux_usage: dict[str, Counter] = {}
     tools: dict[str, dict] = {}
@@ -107,12 +117,18 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
             elif meta.get("hallucinated_tools"):
                 counts["dropped_hallucinated_tools"] += 1
             else:
+                reward = tail.get("reward")
+                add_reward(rewards, reward)  # every judged entry counts, kept or not
+                if require_check_pass and not (isinstance(reward, dict) and reward.get("passed")):
+                    # rejection sampling: judged and found wanting, or never judged
+                    counts["dropped_unchecked" if reward is None else "dropped_check_failed"] += 1
+                    continue
                 counts[status] += 1
                 add_tool_stats(tools, tail.get("tool_stats"))
                 add_reasoning(reasoning, meta.get("reasoning"))
                 out.write(head if head is not None else _without_hermes(tail))
     return {"counts": counts, "usage": usage, "aux_usage": aux_usage, "tools": tools, "reasoning": reasoning,
-            "api_calls": api_calls}
+            "api_calls": api_calls, "rewards": rewards}
 
 
 def add_aux_usage(totals: dict[str, Counter], aux: Any) -> None:

@@ -24,6 +24,7 @@ from hermes.requeue import RequeueingPool, RetryPolicy
 from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
+from hermes.task import RowTask
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
 from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
                           openai_schemas, tools_for)
@@ -96,6 +97,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     image = row.row.container_image or s.sandbox.image
     spec = SandboxSpec(image=image, cwd=row.row.cwd,
                        labels={"hermes-batch.run": ctx.run_id, "hermes-batch.prompt": str(row.index)})
+    task = RowTask.of(row.row, s.setup_timeout, s.check_timeout)  # the row's setup and check, if any
     preview = row.row.prompt[: s.log_prefix_chars].replace("\n", " ")
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
@@ -109,7 +111,8 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
         done = converse(ctx.client, row.row.prompt, offered, spec, ctx.backend, context=ctx.tool_context(row.key),
                         max_turns=s.max_turns, system_prompt=compose_system_prompt(s.ephemeral_system_prompt),
                         prefill=ctx.prefill, prefetch=s.sandbox.prefetch, remove_in_background=True,
-                        image_first=True)
+                        image_first=True, prepare=task and task.prepare, judge=task and task.judge,
+                        timeout=s.prompt_timeout)
         run, wait = done.run, done.sandbox_wait
         error = run.error
     except SandboxError as e:
@@ -139,6 +142,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
         toolsets_used=toolsets,
         tool_stats=tool_stats,
         tool_error_counts=tool_error_counts,
+        reward=done.reward if done and not error else None,
         hermes=HermesBlock(
             key=row.key,
             status=status,

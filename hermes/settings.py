@@ -89,6 +89,15 @@ class RunSettings(AgentSettings):
     prompt_retries: int = Field(3, ge=0, description="times a prompt that failed for a transient reason (429 or 5xx after the client's retries, a time-out, a dropped connection, an engine time-out) is put back in the queue within the run, with backoff, before its failure is recorded")
     max_attempts: int | None = Field(None, gt=0, description="give up on a prompt after this many failed attempts (retried on every resume if unset)")
     max_failed_share: float = Field(0.5, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of its prompts failed: 0 fails on any failed prompt, 1 never fails")
+    prompt_timeout: float | None = Field(3600.0, gt=0, description="wall-clock seconds one prompt may take, model "
+                                         "calls and tools together (setup and check included): past it the prompt "
+                                         "ends failed and its sandbox is removed; unset: no limit")
+    setup_timeout: float = Field(300.0, gt=0, description="seconds a row's setup (its files and commands) may take "
+                                 "before the agent starts; past it the prompt fails")
+    check_timeout: float = Field(300.0, gt=0, description="seconds a row's check command may take after the agent "
+                                 "finished; past it the check counts as failed")
+    require_check_pass: bool = Field(False, description="merge keeps only entries whose row check passed (rejection "
+                                     "sampling); the others are counted in statistics.json, not written")
     skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")
     output_dir: str = Field("data", description="parent folder of run folders")
 

@@ -137,6 +137,29 @@ def aggregate_reasoning(entries: Iterable[dict]) -> dict:
     return totals
 
 
+def add_reward(totals: dict[str, Any], reward: dict | None) -> dict[str, Any]:
+    """Add one entry's row-check `reward` (hermes.entry.Reward) into running `totals`."""
+    if not isinstance(reward, dict):
+        return totals
+    totals["checked"] = totals.get("checked", 0) + 1
+    totals["passed"] = totals.get("passed", 0) + bool(reward.get("passed"))
+    totals["timed_out"] = totals.get("timed_out", 0) + bool(reward.get("timed_out"))
+    codes = totals.setdefault("exit_codes", {})
+    code = str(reward.get("exit_code"))
+    codes[code] = codes.get(code, 0) + 1
+    return totals
+
+
+def aggregate_rewards(totals: dict[str, Any]) -> dict[str, Any]:
+    """statistics.json's `check_statistics`: how many entries a row check judged, how many
+    passed (and the rate, in percent), and the distribution of its exit codes."""
+    checked, passed = totals.get("checked", 0), totals.get("passed", 0)
+    codes = totals.get("exit_codes", {})
+    return {"checked": checked, "passed": passed, "failed": checked - passed,
+            "pass_rate": _percent(passed, checked), "timed_out": totals.get("timed_out", 0),
+            "exit_codes": dict(sorted(codes.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
 def format_table(statistics: dict) -> str:
     """A run's statistics dict (statistics.json shape) as plain text for the terminal.
 

@@ -69,8 +69,27 @@ def files_and_terminal(conv: Conversation, config: MockConfig) -> list[Turn]:
     return steps[: config.turns - 1]
 
 
+PYTHON_SCRIPT = """def add(a, b):
+    return a + b
+
+
+assert add(2, 3) == 5
+print("add(2, 3) =", add(2, 3))
+"""
+
+
+def python_in_sandbox(conv: Conversation, config: MockConfig) -> list[Turn]:
+    """A prompt that mentions Python: write a small script with a test, then run it with python3."""
+    offered = conv.offered_tools
+    if "python" not in conv.first_user.lower() or not {"write_file", "terminal"} <= set(offered):
+        return []
+    path = f"scripts/add_{conv.token}.py"
+    return [[("write_file", {"path": path, "content": PYTHON_SCRIPT})],
+            [("terminal", {"command": f"python3 {path} && python3 --version"})]]
+
+
 #: the parts of the default scenario, in order; each returns its turns (none when its tools are not offered)
-PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal]
+PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal, python_in_sandbox]
 PARTS.append(browser_part.browse)
 PARTS.append(vision_and_images)
 
@@ -78,6 +97,8 @@ PARTS.append(vision_and_images)
 def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
     if name == "terminal" and args.get("command") == "cat /etc/hostname":
         return f"hostname={output}"
+    if name == "terminal" and str(args.get("command", "")).startswith("python3 "):
+        return f"python: {output}"
     if name == "read_file":
         return f"{args.get('path', 'file')}={output}"
     return None

@@ -5,6 +5,9 @@
 - Under CI every skip, wherever it comes from (a fixture, a mark, importorskip), is reported as
   a failure: a suite that skipped what it could not run must not pass. .ci/run counts them.
 - The bundled scripted model server on a loopback port.
+- Sandboxes: the small busybox image (hermes-sandbox-mini) is the suite's default image
+  ($HERMES_SANDBOX_IMAGE, inherited by the commands tests start), so most tests need no Debian
+  build; a test that needs the real default (Debian with python3) asks for `default_image`.
 """
 from __future__ import annotations
 
@@ -15,6 +18,10 @@ import pytest
 from flows.cli import configure_prefect
 
 configure_prefect()
+
+from hermes.sandbox.base import IMAGE_ENV, MINI_IMAGE  # noqa: E402
+
+os.environ.setdefault(IMAGE_ENV, MINI_IMAGE)
 
 UNDER_CI = bool(os.environ.get("CI"))
 SKIPPED_UNDER_CI = "skipped under CI"  # .ci/run counts reports whose failure starts with this
@@ -64,9 +71,45 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def sandbox_image(docker_engine):
+    """The suite's default sandbox image (the busybox one unless $HERMES_SANDBOX_IMAGE says), built if missing."""
+    from hermes.sandbox.image import PRODUCT_IMAGES, ensure_image_built
+
+    image = os.environ[IMAGE_ENV]
+    return ensure_image_built(image) if image in PRODUCT_IMAGES else image
+
+
+@pytest.fixture(scope="session")
+def default_image(docker_engine):
+    """The product's real default image (Debian with python3, git): built once, ~90 s, if missing."""
     from hermes.sandbox.image import ensure_default_image
 
     return ensure_default_image()
+
+
+RUNSC = "runsc"
+
+
+@pytest.fixture(scope="session")
+def runsc(docker_engine, sandbox_image):
+    """The gVisor runtime's name, once the engine has it and can start a sandbox under it.
+
+    Not registered: skipped with the engine's list of runtimes (a failure under CI, whose .ci/run
+    installs and registers it). Registered but unable to start a container here (a kernel or
+    platform gVisor cannot run on): xfail with the engine's own answer.
+    """
+    runtimes = sorted((docker_engine.info().get("Runtimes") or {}))
+    if RUNSC not in runtimes:
+        pytest.skip(f"the Docker engine has no {RUNSC} runtime (it has: {', '.join(runtimes)}); "
+                    "HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh registers it")
+    import docker.errors
+
+    try:
+        docker_engine.containers.run(sandbox_image, ["true"], runtime=RUNSC, network_mode="none", remove=True,
+                                     labels={"hermes-batch.test": "runsc-probe"})
+    except docker.errors.DockerException as e:
+        pytest.xfail(f"{RUNSC} is registered but cannot start a container on this machine: "
+                     f"{getattr(e, 'explanation', None) or e}")
+    return RUNSC
 
 
 @pytest.fixture(scope="session")

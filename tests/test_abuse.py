@@ -21,6 +21,11 @@ from tests.conftest import containers_of
 from tests.helpers import LoopbackListener, interfaces, routes, tool_responses
 
 RUN = f"abuse-{secrets.token_hex(3)}"
+#: the suite runs under the engine's default runtime and under gVisor (the `runsc` fixture says
+#: whether this machine can: skipped with the engine's answer where it cannot)
+RUNTIMES = ("runc", "runsc")
+#: what writing to the read-only root as nobody says: gVisor's kernel checks the permission first
+READ_ONLY = {"runc": "Read-only file system", "runsc": "Read-only file system|Permission denied"}
 LIMITS = dict(command_timeout=5, memory="128m", tmpfs_size="16m", pids_limit=64, output_limit=2000)
 
 
@@ -66,12 +71,14 @@ def _process_count() -> int:
     return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
 
 
-@pytest.fixture(scope="module")
-def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
-    """Runs the whole suite once: {case: trajectory entry}, plus what the test saw meanwhile."""
+@pytest.fixture(scope="module", params=RUNTIMES)
+def abuse_run(request, tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
+    """Runs the whole suite once per runtime: {case: trajectory entry}, plus what the test saw meanwhile."""
     from flows.batch import batch_run
     from mockllm import MockLLM
 
+    runtime = request.getfixturevalue("runsc") if request.param == "runsc" else None
+    run_name = f"{RUN}-{request.param}"
     tmp = tmp_path_factory.mktemp("abuse")
     secret = f"HOSTSECRET-{secrets.token_hex(8)}"
     marker = tmp / "host-marker.txt"
@@ -83,9 +90,9 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
                  for i in range(3)]
         dataset = tmp / "abuse.jsonl"
         dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        settings = RunSettings(dataset_file=str(dataset), run_name=RUN, output_dir=str(tmp / "data"),
+        settings = RunSettings(dataset_file=str(dataset), run_name=run_name, output_dir=str(tmp / "data"),
                                base_url=llm.base_url, model="mock-model", batch_size=4, num_workers=12,
-                               sandbox=SandboxSettings(**LIMITS))
+                               sandbox=SandboxSettings(**LIMITS, runtime=runtime))
         host_pids, stop = [], threading.Event()
 
         def host_watch():  # the host's process table while the sandboxes are attacked (the fork bomb)
@@ -100,11 +107,11 @@ def abuse_run(tmp_path_factory, sandbox_image, docker_engine, prefect_harness):
         finally:
             stop.set()
             watcher.join()
-    out = Path(settings.output_dir) / RUN
+    out = Path(settings.output_dir) / run_name
     journal = [json.loads(l) for p in sorted(out.glob("batch_*.jsonl")) for l in p.read_text().splitlines() if l]
     return {"entries": {e["metadata"]["case"]: e for e in journal}, "stats": stats, "secret": secret,
             "host_pids": host_pids, "host_baseline": baseline, "host_accepted": host.accepted,
-            "leftovers": containers_of(docker_engine, RUN), "marker": marker}
+            "leftovers": containers_of(docker_engine, run_name), "marker": marker, "runtime": request.param}
 
 
 def results(abuse_run, case: str) -> list[dict]:
@@ -151,9 +158,15 @@ def test_fork_bomb_is_held_by_the_process_limit(abuse_run):
 
 def test_memory_hog_is_killed_and_the_model_is_told(abuse_run):
     hog, after = results(abuse_run, "memory_hog")
-    assert hog["exit_code"] != 0 and "got-it" not in hog["output"]
-    assert "ran out of memory (limit 128m)" in hog["output"], hog
-    assert after["output"] == "still-here\n"  # only the hog died, not the sandbox
+    assert hog.get("exit_code") != 0 and "got-it" not in json.dumps(hog)
+    if abuse_run["runtime"] == "runsc":
+        # gVisor's kernel is one host process under the memory limit: the host's OOM killer ends
+        # the whole sandbox (SIGKILL: exit 137; the engine does not always flag it OOMKilled), and
+        # the model is told it stopped, at the hog's call or the next one
+        assert re.search(r"has stopped.*exit code 137", json.dumps([hog, after])), (hog, after)
+    else:
+        assert "ran out of memory (limit 128m)" in hog["output"], hog
+        assert after["output"] == "still-here\n"  # only the hog died, not the sandbox
 
 
 def test_disk_cannot_be_filled(abuse_run):
@@ -161,7 +174,7 @@ def test_disk_cannot_be_filled(abuse_run):
     for r in (workspace, tmp, shm):  # each writable place is a tmpfs capped at 16m
         assert r["exit_code"] != 0 and "No space left on device" in r["output"], r
         assert int(re.search(r"(\d+)\+\d+ records out", r["output"]).group(1)) <= 16, r
-    assert root["exit_code"] != 0 and "Read-only file system" in root["output"]
+    assert root["exit_code"] != 0 and re.search(READ_ONLY[abuse_run["runtime"]], root["output"]), root
 
 
 def test_endless_output_is_cut_and_killed(abuse_run):
@@ -190,7 +203,7 @@ def test_root_filesystem_is_read_only(abuse_run):
     passwd, bin_file, directory, tool_write = results(abuse_run, "root_fs")
     assert passwd["exit_code"] != 0 and "Permission denied" in passwd["output"]  # root's file; nobody we are
     for r in (bin_file, directory):
-        assert r["exit_code"] != 0 and "Read-only file system" in r["output"], r
+        assert r["exit_code"] != 0 and re.search(READ_ONLY[abuse_run["runtime"]], r["output"]), r
     assert re.search(r"Read-only file system|Permission denied", tool_write["error"]), tool_write
 
 
@@ -213,7 +226,9 @@ def test_no_way_to_root(abuse_run):
     assert setuid["output"].strip().splitlines()[-1] == "65534"  # setuid grants nothing: nosuid, no-new-privileges
     assert chown["exit_code"] != 0 and "Operation not permitted" in chown["output"]
     fields = dict(line.split(":", 1) for line in status["output"].splitlines())
-    assert fields["CapEff"].strip() == "0000000000000000" and fields["NoNewPrivs"].strip() == "1"
+    assert fields["CapEff"].strip() == "0000000000000000"
+    if abuse_run["runtime"] != "runsc":  # gVisor's /proc does not show it (the engine applies it to the sandbox's kernel)
+        assert fields["NoNewPrivs"].strip() == "1"
 
 
 def test_the_run_records_how_long_prompts_waited_for_their_sandbox(abuse_run):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hermes import distributions
+from hermes.sandbox.base import IMAGE_ENV
 from hermes.settings import API_KEY_ENV_VARS
 from tests.conftest import containers_of
 from tests.helpers import HeaderRecorder, read_jsonl, script, write_dataset
@@ -239,8 +240,8 @@ def test_list_distributions_both_ways(tmp_path):
 
 def test_sandbox_build_makes_a_working_image_offline(tmp_path, docker_engine):
     tag = f"hermes-test-build:{secrets.token_hex(4)}"
-    try:
-        done = ok(cli(tmp_path, "sandbox", "build", "--tag", tag))
+    try:  # the busybox recipe (a second); the Debian one is the default image's, built once per machine
+        done = ok(cli(tmp_path, "sandbox", "build", "--recipe", "busybox", "--tag", tag))
         assert done.stdout.startswith(f"{tag} sha256:") and " built in " in done.stdout, done.stdout
         said = docker_engine.containers.run(tag, ["sh", "-c", "echo $((6 * 7)); ls /bin | grep -c ."],
                                             network_mode="none", remove=True).decode().split()
@@ -249,15 +250,20 @@ def test_sandbox_build_makes_a_working_image_offline(tmp_path, docker_engine):
         docker_engine.images.remove(tag, force=True)
 
 
-def test_demo_runs_the_whole_job_on_embedded_defaults(tmp_path, sandbox_image, docker_engine):
+def test_demo_runs_the_whole_job_on_embedded_defaults(tmp_path, default_image, docker_engine):
     name = f"demo-test-{secrets.token_hex(3)}"
     env = env_without_keys(PREFECT_HOME=str(tmp_path / "prefect-home"))
     env.pop("PREFECT_API_URL", None)
+    env.pop(IMAGE_ENV, None)  # the product's own default image, as a user's demo gets it
     done = ok(cli(tmp_path, "demo", "--run_name", name, env=env))
     assert "bundled model server: http://127.0.0.1:" in done.stdout
     demo_rows = read_jsonl(ROOT / "deployments" / "demo" / "prompts.jsonl")
     entries = read_jsonl(tmp_path / "data" / name / "trajectories.jsonl")
     assert sorted(first_human(e) for e in entries) == sorted(r["prompt"] for r in demo_rows)
     assert all(e["completed"] for e in entries)
+    assert f"sandbox image: {default_image}" in done.stdout
+    # the Python prompt ran its script with the image's python3
+    python = next(e for e in entries if "Python function" in first_human(e))
+    assert "add(2, 3) = 5" in json.dumps(python["conversations"]) and "Python 3." in json.dumps(python["conversations"])
     assert f"trajectories: {Path('data') / name / 'trajectories.jsonl'}" in done.stdout
     assert containers_of(docker_engine, name) == []

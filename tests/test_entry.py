@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 from hermes import journal
-from hermes.entry import TAIL_KEYS, HermesBlock, JournalEntry, Status
+from hermes.entry import TAIL_KEYS, HermesBlock, JournalEntry, Reward, Status
 from hermes.run_index import _outcome, hermes_block, split_entry
 
 
-def sample(status: Status = Status.COMPLETED) -> JournalEntry:
+def sample(status: Status = Status.COMPLETED, reward: Reward | None = None) -> JournalEntry:
     # Text that looks like the cut points, inside strings and nested objects, must not fool the cut.
     tricky = 'echo \', "hermes": {"status": "failed"}\' and , "api_calls": 9 — ünïcode'
     return JournalEntry(
@@ -28,6 +28,7 @@ def sample(status: Status = Status.COMPLETED) -> JournalEntry:
         toolsets_used=["terminal", "file"],
         tool_stats={"terminal": {"count": 2, "success": 2, "failure": 0}},
         tool_error_counts={"terminal": 0},
+        reward=reward,
         hermes=HermesBlock(key="k" * 16, status=status, error=None if status != Status.FAILED else "boom",
                            usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
                            elapsed=1.234, sandbox_wait=0.0123, hallucinated_tools=[],
@@ -56,25 +57,36 @@ def test_the_line_is_the_bytes_the_runner_always_wrote():
         assert json.loads(journal.encode(e.record()))["hermes"]["status"] == status.value
 
 
+# a check's output can hold the cut points too
+CHECKED = Reward(passed=False, exit_code=1, output='FAILED , "hermes": {"status": "x"}, "api_calls": 1\n',
+                 truncated=False, timed_out=False, duration=0.25)
+
+
+def test_an_entry_without_a_check_has_no_reward_key():
+    assert "reward" not in sample().record()
+    assert journal.encode(sample().record()) == journal.encode(the_runners_dict(sample()))
+
+
 def test_the_index_cuts_a_line_without_decoding_it_whole():
-    e = sample()
-    record = e.record()
-    line = journal.encode(record)
-    parsed = split_entry(line)
-    assert parsed is not None
-    head, tail = parsed
-    # The trajectory is the line cut before `hermes`, byte for byte what a re-encode would give...
-    assert head is not None, "the line was decoded whole: the entry's key order no longer fits split_entry"
-    assert head == journal.encode({k: v for k, v in record.items() if k != "hermes"})
-    # ...and the tail is exactly the contract's keys, decoded.
-    assert list(tail) == list(TAIL_KEYS)
-    assert hermes_block(tail) == record["hermes"]
-    assert _outcome(line) == record["hermes"]
+    for e in (sample(), sample(reward=CHECKED)):
+        record = e.record()
+        line = journal.encode(record)
+        parsed = split_entry(line)
+        assert parsed is not None
+        head, tail = parsed
+        # The trajectory is the line cut before `hermes`, byte for byte what a re-encode would give...
+        assert head is not None, "the line was decoded whole: the entry's key order no longer fits split_entry"
+        assert head == journal.encode({k: v for k, v in record.items() if k != "hermes"})
+        # ...and the tail is exactly the contract's keys, decoded (the reward, if any, in the trajectory too).
+        assert list(tail) == [k for k in TAIL_KEYS if k in record]
+        assert hermes_block(tail) == record["hermes"]
+        assert _outcome(line) == record["hermes"]
+    assert json.loads(head)["reward"] == tail["reward"] == CHECKED.model_dump()
 
 
 def test_the_models_last_fields_are_the_contracts():
     assert list(JournalEntry.model_fields)[-len(TAIL_KEYS):] == list(TAIL_KEYS)
-    assert list(sample().record())[-len(TAIL_KEYS):] == list(TAIL_KEYS)
+    assert list(sample(reward=CHECKED).record())[-len(TAIL_KEYS):] == list(TAIL_KEYS)
 
 
 def test_statuses_read_as_their_values():

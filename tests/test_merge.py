@@ -82,7 +82,12 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
         "prompts_partial": counts["partial"], "prompts_failed": len(failed),
         "failure_reasons": group(failed.values()), "retries": retry_stats(retried),
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
-        "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"], "api_calls": api_calls,
+        "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
+        # since: row checks (none in this journal; tests/test_row_setup_checks.py has them)
+        "require_check_pass": False, "dropped_check_failed": 0, "dropped_unchecked": 0,
+        "check_statistics": {"checked": 0, "passed": 0, "failed": 0, "pass_rate": 0.0, "timed_out": 0,
+                             "exit_codes": {}},
+        "api_calls": api_calls,
         "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(aux.items())},
     }

@@ -573,7 +573,7 @@ def test_output_cap_counts_bytes():
 
 
 def test_offline_image_says_how_to_get_busybox(monkeypatch):
-    from hermes.sandbox import image as img
+    from hermes.sandbox import busybox as img
 
     monkeypatch.setattr(img, "_is_static_elf", lambda path: False)
     with pytest.raises(SandboxError, match="apt-get install busybox-static"):

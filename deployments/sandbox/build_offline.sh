@@ -1,8 +1,9 @@
 #!/bin/sh
-# Build the hermes-batch sandbox image with no registry: FROM scratch + static busybox.
-#   deployments/sandbox/build_offline.sh [TAG]          (default hermes-sandbox:latest)
-# One recipe, kept in hermes/sandbox/image.py; this is its shell front door. Needs the Debian
-# package busybox-static (apt-get install busybox-static).
+# Build the default sandbox image (Debian bookworm with python3, git, curl) with no registry:
+# debootstrap from this machine's own Debian mirror, imported into the engine (needs root and
+# the Debian package debootstrap).
+#   deployments/sandbox/build_offline.sh [TAG]          (default hermes-sandbox:bookworm)
+# The recipe is hermes/sandbox/debian.py; this is its shell front door.
 set -eu
 cd "$(dirname "$0")/../.."
-exec python3 -m hermes.sandbox.image build --offline --tag "${1:-hermes-sandbox:latest}"
+exec python3 -m hermes.sandbox.image build --recipe offline --tag "${1:-hermes-sandbox:bookworm}"

@@ -59,7 +59,7 @@ class ApiSettings(BaseSettings):
     max_turns: int = Field(10, ge=1, description="model calls per request")
     toolsets: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["terminal", "file"])
     sandbox: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
-    sandbox_image: str = Field(SandboxSettings.model_fields["image"].default)
+    sandbox_image: str = Field(default_factory=SandboxSettings.model_fields["image"].default_factory)
     sandbox_network: bool = False
     command_timeout: float = Field(60.0, gt=0)
 

@@ -22,6 +22,7 @@ from hermes.sandbox.base import (
     ExecResult,
     ImageUnavailable,
     Leftover,
+    MissingRuntime,
     Sandbox,
     SandboxError,
     SandboxSettings,
@@ -34,7 +35,7 @@ from hermes.sandbox.registry import SandboxBackend, SandboxRun, backend_names, g
 from hermes.sandbox import docker, local  # noqa: E402,F401  isort: skip
 
 __all__ = [
-    "ExecResult", "ImageUnavailable", "Leftover", "Sandbox", "SandboxBackend", "SandboxError", "SandboxRun",
+    "ExecResult", "ImageUnavailable", "Leftover", "MissingRuntime", "Sandbox", "SandboxBackend", "SandboxError", "SandboxRun",
     "SandboxSettings", "SandboxSpec", "WeakerSandbox", "backend_names", "check_limits", "cleanup",
     "drain_removals", "get_backend", "open_sandbox", "register",
 ]

@@ -6,6 +6,7 @@ themselves under the name `settings.backend` gives.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol, runtime_checkable
@@ -21,6 +22,12 @@ LABEL_PROMPT = "hermes-batch.prompt"
 LABEL_OWNER = "hermes-batch.owner"
 #: run id used when a spec names none (ad-hoc use, tests, the demo)
 ADHOC_RUN = "adhoc"
+#: the default image: Debian with python3, git, curl and the usual tools (hermes/sandbox/image.py)
+DEFAULT_IMAGE = "hermes-sandbox:bookworm"
+#: the small busybox image, for tests and benchmarks that want a sandbox and nothing more
+MINI_IMAGE = "hermes-sandbox-mini:latest"
+#: names the image for rows that name none when settings do not (the test suite pins the mini image so)
+IMAGE_ENV = "HERMES_SANDBOX_IMAGE"
 
 
 class SandboxError(Exception):
@@ -34,6 +41,11 @@ class EngineTimeout(SandboxError):
 
 class WeakerSandbox(SandboxError):
     """The engine cannot apply a limit and the run did not accept that."""
+
+
+class MissingRuntime(WeakerSandbox):
+    """The settings name a container runtime (e.g. runsc) the engine does not have. Never
+    accepted by allow_weaker_sandbox: the isolation asked for would not be there at all."""
 
 
 class ImageUnavailable(SandboxError):
@@ -84,7 +96,12 @@ class SandboxSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt key is refused, not ignored
 
     backend: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
-    image: str = Field("hermes-sandbox:latest", description="image for rows that name none")
+    image: str = Field(default_factory=lambda: os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE,
+                       description=f"image for rows that name none (default: ${IMAGE_ENV}, else {DEFAULT_IMAGE}: "
+                                   "Debian with python3, git, curl; built by deployments/bootstrap.sh)")
+    runtime: str | None = Field(None, description="the engine's container runtime for sandboxes, e.g. runsc "
+                                "(gVisor; HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh registers it); "
+                                "the engine's default (runc) if unset. A run naming a runtime the engine lacks is refused")
     network: bool = Field(False, description="give containers network access")
     memory: str = Field("1g", pattern=SIZE_PATTERN, description="memory limit per container, like 512m or 2g "
                         "(swap not allowed beyond it)")

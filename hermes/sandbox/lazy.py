@@ -90,6 +90,15 @@ class LazySandbox:
     def write_file(self, path: str, data: bytes) -> None:
         self._get().write_file(path, data)
 
+    def abort(self) -> None:
+        """End the sandbox now, from another thread, while a call may be blocked in it (a prompt
+        past its deadline): later calls fail, the blocked one fails as its container goes. The
+        owner's close() still runs and removes whatever a creation under way made."""
+        self._closed = True
+        sandbox = self._sandbox
+        if sandbox is not None:
+            sandbox.close(wait=not self._remove_in_background)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -97,11 +97,11 @@ class DockerBackend(SandboxBackend):
         return engine_available()
 
     def ensure_default_image(self) -> str | None:
-        from hermes.sandbox.image import DEFAULT_TAG, ensure_default_image
+        from hermes.sandbox.image import PRODUCT_IMAGES, ensure_image_built
 
-        if self.settings.image != DEFAULT_TAG:
+        if self.settings.image not in PRODUCT_IMAGES:
             return None  # a user's own image: pulled, never built here
-        return ensure_default_image(DEFAULT_TAG)
+        return ensure_image_built(self.settings.image)
 
 
 def weaker_sandbox_message(problems: list[str]) -> str:

@@ -17,12 +17,14 @@ from typing import Any
 
 import docker
 from docker.errors import DockerException
+from docker.types import Ulimit
 
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import (
     LABEL_OWNER,
     LABEL_PROMPT,
     LABEL_RUN,
+    MissingRuntime,
     SandboxError,
     SandboxSettings,
     SandboxSpec,
@@ -35,6 +37,26 @@ log = logging.getLogger(__name__)
 
 #: the harmless command that keeps a sandbox container alive (busybox and coreutils alike)
 KEEPALIVE = ["sleep", "2147483647"]
+#: host threads a gVisor sandbox's own kernel (its sentry and gofer) may use beyond pids_limit
+SENTRY_PIDS = 512
+
+
+def is_gvisor(runtime: str | None) -> bool:
+    """gVisor's runtimes go by runsc (runsc, runsc-kvm, ...)."""
+    return bool(runtime) and str(runtime).startswith("runsc")
+
+
+def pids_limits(s: SandboxSettings) -> tuple[int, int | None]:
+    """(the engine's pids limit, RLIMIT_NPROC or None) that hold the sandbox's processes to pids_limit.
+
+    Under gVisor the engine's limit counts the host threads of the sandbox's own kernel, not the
+    sandbox's processes (at 64 the kernel itself cannot start); the processes are held by
+    RLIMIT_NPROC, which gVisor enforces per sandbox. Under runc the limit is the engine's alone:
+    there RLIMIT_NPROC would count one uid's processes across every container of the host.
+    """
+    if is_gvisor(s.runtime):
+        return s.pids_limit + SENTRY_PIDS, s.pids_limit
+    return s.pids_limit, None
 
 
 # --------------------------------------------------------------------------- cwd policy
@@ -85,6 +107,7 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
     opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
     _check_tmpfs_budget(s, len(mounts) + 1)  # + /dev/shm
     run, prompt = spec.run_label(), spec.prompt_label()
+    host_pids, nproc = pids_limits(s)
     labels = {**{str(k): str(v) for k, v in spec.labels.items()},
               LABEL_RUN: run, LABEL_PROMPT: prompt, LABEL_OWNER: lifecycle.owner_label()}
     host_config = api.create_host_config(
@@ -94,12 +117,14 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
         mem_limit=s.memory,
         memswap_limit=s.memory,
         nano_cpus=int(s.cpus * 1e9),
-        pids_limit=s.pids_limit,
+        pids_limit=host_pids,
+        ulimits=[Ulimit(name="nproc", soft=nproc, hard=nproc)] if nproc else None,
         read_only=s.read_only,
         tmpfs={m: opts for m in mounts},
         shm_size=s.tmpfs_size,  # /dev/shm is writable even on a read-only root: cap it like the rest
         init=True,
         auto_remove=False,
+        runtime=s.runtime,  # None: the engine's default (runc)
     )
     return dict(image=spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
                 name=f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}",
@@ -169,11 +194,29 @@ def limit_problems(settings: SandboxSettings, image: str | None = None, *, run_i
     run's settings, whose create-time warnings and applied HostConfig are read back.
     """
     client = client or get_client()
+    check_runtime(client, settings)
     problems = [p for p in engine_problems(client) if _LIMIT_WORDS.search(p)]
     for p in _probe(client, settings, image or settings.image, run_id or lifecycle.PROBE_RUN):
         if p not in problems:
             problems.append(p)
     return problems
+
+
+def check_runtime(client: docker.DockerClient, settings: SandboxSettings) -> None:
+    """Refuse settings naming a container runtime the engine does not have: no weaker sandbox
+    can stand in for the isolation asked for."""
+    if not settings.runtime:
+        return
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except DockerException as e:
+        raise SandboxError(f"docker info failed: {e}") from e
+    if settings.runtime not in runtimes:
+        hint = (" Install and register gVisor: HERMES_INSTALL_RUNSC=1 bash deployments/bootstrap.sh"
+                if settings.runtime == "runsc" else "")
+        raise MissingRuntime(f"the Docker engine has no container runtime {settings.runtime!r} (it has: "
+                           f"{', '.join(sorted(runtimes)) or 'none listed'}), so --sandbox_runtime "
+                           f"{settings.runtime} cannot be applied.{hint}")
 
 
 def _probe(client: docker.DockerClient, settings: SandboxSettings, image: str, run_id: str) -> list[str]:

@@ -172,16 +172,18 @@ def report_create_warnings(warnings: list[str] | None) -> None:
 
 def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
     """What the engine did not apply, read back from a container's HostConfig."""
+    from hermes.sandbox.docker.container import pids_limits  # container.py imports this module
     expect = {
         "Memory": ("memory limit", lambda v: bool(v)),
         "MemorySwap": ("swap limit (memory+swap)", lambda v: v == hc.get("Memory")),
         "NanoCpus": ("CPU limit", lambda v: v == int(settings.cpus * 1e9)),
-        "PidsLimit": ("pids limit", lambda v: v == settings.pids_limit),
+        "PidsLimit": ("pids limit", lambda v: v == pids_limits(settings)[0]),
         "ReadonlyRootfs": ("read-only root", lambda v: bool(v) == settings.read_only),
         "CapDrop": ("dropped capabilities", lambda v: "ALL" in (v or [])),
         "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
         "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
         "Init": ("init process", lambda v: bool(v)),
+        "Runtime": ("container runtime", lambda v: not settings.runtime or v == settings.runtime),
     }
     return [f"{what}: the container's HostConfig.{field} is {hc.get(field)!r}"
             for field, (what, ok) in expect.items() if not ok(hc.get(field))]
