@@ -17,22 +17,21 @@ from hermes import orchestration, rundir
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import started_in_this_flow_run
+from tasks.run import api_key_from_secret
 from tasks.report import TooManyFailedPrompts, check_failed_share  # noqa: F401  (re-exported)
 from tasks.steps import PrefectSteps
 
 
-def task_runner(num_workers: int) -> TaskRunner:
-    """Where batch tasks run: threads of the flow-run process, num_workers batches at once at most."""
-    return ThreadPoolTaskRunner(max_workers=num_workers)
+def task_runner(settings: RunSettings) -> TaskRunner:
+    """Where batch tasks run. Without a Dask address: threads of the flow-run process,
+    num_workers batches at once at most. With one: that Dask cluster's workers (prefect-dask),
+    as many batches at once as the cluster has worker threads; num_workers then bounds the
+    prompts in flight in each worker process (hermes/remote.py)."""
+    if settings.dask_address:
+        from prefect_dask import DaskTaskRunner
 
-
-def _api_key(secret_name: str | None) -> str | None:
-    """The model API key from a Prefect Secret block, when named; else hermes reads the environment."""
-    if not secret_name:
-        return None
-    from prefect.blocks.system import Secret
-
-    return str(Secret.load(secret_name).get())
+        return DaskTaskRunner(address=settings.dask_address)
+    return ThreadPoolTaskRunner(max_workers=settings.num_workers)
 
 
 def _stamp() -> str:
@@ -84,4 +83,5 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
     settings = _this_runs_settings(settings, stamp_run_name)
     link = PrefectLink.of_this_flow_run()
     with link.finish_without_it(lambda: rundir.run_dir(settings)):
-        return orchestration.run(settings, PrefectSteps(task_runner, link), api_key=_api_key(api_key_secret))
+        steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret)
+        return orchestration.run(settings, steps, api_key=api_key_from_secret(api_key_secret))

@@ -56,6 +56,8 @@ class HermesBlock(BaseModel):
     aux_usage: dict[str, Any] = {}
     #: files the prompt's tools produced (relative to the run folder)
     files: list[str] = []
+    #: which process ran it, host:pid (a Dask worker's process, or the flow's own)
+    worker: str | None = None
 
 
 class JournalEntry(BaseModel):

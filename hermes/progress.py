@@ -5,7 +5,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 
 class ProgressLine:
@@ -51,3 +52,55 @@ class ProgressLine:
             # The reader of our stderr is gone (a killed Prefect worker, a closed terminal): the run
             # goes on, its progress is in the journal; a progress line must never fail a prompt.
             self._terminal_gone = True
+
+
+class JournalTail:
+    """Progress of prompts that finish in other processes (Dask workers): new complete lines of
+    the run's batch files, polled, each fed to `on_entry` as {"hermes": its block}.
+
+    The journal is the one record every worker writes anyway, on storage the flow's process
+    reads; a line is counted once it is whole (a torn line, later sealed, is unreadable and skipped).
+    """
+
+    def __init__(self, run_dir: Path, batch_nums: list[int], on_entry: Callable[[dict[str, Any]], None],
+                 *, interval: float = 0.5):
+        self.run_dir = run_dir
+        self.on_entry = on_entry
+        self.interval = interval
+        self._offsets = {n: 0 for n in batch_nums}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="journal-tail", daemon=True)
+
+    def start(self) -> "JournalTail":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling, after one last look (every batch has landed by now)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.poll()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def poll(self) -> None:
+        from hermes.run_index import _outcome  # the index's own cheap decoder of a line's hermes block
+
+        for num, offset in self._offsets.items():
+            try:
+                with open(self.run_dir / f"batch_{num}.jsonl", "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            end = data.rfind(b"\n") + 1
+            if not end:
+                continue
+            self._offsets[num] = offset + end
+            for raw in data[:end].splitlines(keepends=True):
+                block = _outcome(raw)
+                if block and block.get("status"):
+                    self.on_entry({"hermes": block})

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from hermes import journal, rundir
+from hermes import journal, remote, rundir
 from hermes.dataset import DatasetError, read_dataset
 from hermes.entry import Status
 from hermes.run_index import COLUMNS, load_dataset
@@ -73,6 +73,9 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "failed_attempts": sum(n for n, _ in failed.values()),
         "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
         "owed": None,
+        # Dask workers whose last word was prompts in flight: each may have left that many
+        # containers on its host (alive None: another host's process, liveness unknown here).
+        "containers_maybe_left": remote.left_behind(run_path),
     }
     settings = manifest.get("settings") or {}
     dataset = manifest.get("dataset_file")
@@ -108,6 +111,13 @@ def format_status(s: dict[str, Any]) -> str:
     ]
     for reason, n in s["failure_reasons"].items():
         lines.append(f"    {n:>5} × {reason}")
+    for w in s.get("containers_maybe_left") or []:
+        if w["alive"] is True:
+            state = "its worker is still running"
+        else:
+            state = "its worker is gone" if w["alive"] is False else "its worker on another host may be gone"
+        lines.append(f"  containers may be left: {w['in_flight']} on host {w['host']} (worker pid {w['pid']}, {state}; "
+                     f"that host's next start of this run or `hermes-batch sandbox cleanup` there removes them)")
     if s.get("dataset_problem"):
         lines.append(f"  dataset problem: {s['dataset_problem']}")
     return "\n".join(lines)
