@@ -53,9 +53,10 @@ class PrefectSteps(orchestration.Steps):
             orders: dict[str, RunOrder] = {}
 
             def on_worker(batch: Batch, ctx) -> Any:
-                # Plain data crosses to the worker, the same order for every batch of the run.
+                # Plain data crosses to the worker, the same order for every batch of the run
+                # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
                 order = orders.get("run") or orders.setdefault("run", RunOrder.of(ctx))
-                return pool.submit(run_batch_on_worker, {"batch": batch, "order": quote(order),
+                return pool.submit(run_batch_on_worker, {"batch": batch, "order": order,
                                                          "api_key_secret": self.api_key_secret})
             yield on_worker
 
