@@ -108,7 +108,9 @@ class RunSettings(AgentSettings):
     @field_validator("dask_address", mode="before")
     @classmethod
     def _dask_address(cls, v):
-        v = (v or "").strip() if isinstance(v, str) or v is None else v
+        # An empty value (a form's blank field) means the environment's, as when the key is missing:
+        # the deployment's job variable HERMES_DASK_ADDRESS is the switch.
+        v = (v or os.environ.get(DASK_ADDRESS_ENV) or "").strip() if isinstance(v, str) or v is None else v
         if v and not re.fullmatch(r"([a-z0-9+]+://)?[^\s/]+:\d+/?", v):
             raise ValueError(f"expected a Dask scheduler address such as tcp://host:8786, not {v!r}")
         return v or None
