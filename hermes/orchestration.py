@@ -93,6 +93,8 @@ def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | Non
             futures = {submit(b, session.ctx): b for b in batches}
             for future in steps.as_completed(futures):
                 steps.record(session, futures[future])  # index it as soon as it lands, whatever else fails
+                if tail:
+                    tail.finish(futures[future].num)
                 future.result()
     finally:
         if tail:
