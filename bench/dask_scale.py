@@ -2,7 +2,7 @@
 the real batch-run flow and Prefect's Dask task runner on a distributed.LocalCluster of 1, 2 and
 4 worker processes; the same prompts per worker, so the ideal is linear.
 
-    python -m bench.dask_scale [--per-worker 64] [--num-workers 8] [--latency 1.0] [--repeats 2]
+    python -m bench.dask_scale [--per-worker 64] [--num-workers 8] [--latency 1.0] [--repeats 2] [--batch-size 8]
 
 Each prompt is one model call of `latency` seconds (the bundled model server, in its own
 process) offered the terminal and file tools it does not call, with the local sandbox backend:
@@ -46,7 +46,7 @@ def _lines(run_dir: Path) -> int:
 
 
 def one_run(workers: int, per_worker: int, num_workers: int, latency: float, base_url: str, scratch: Path,
-            tag: str) -> dict:
+            tag: str, batch_size: int = 8) -> dict:
     import distributed
 
     from flows.batch import batch_run
@@ -65,7 +65,7 @@ def one_run(workers: int, per_worker: int, num_workers: int, latency: float, bas
         client.run(_warm)
         cpu_before = client.run(_cpu_seconds)
         settings = RunSettings(dataset_file=str(dataset), run_name=run_name, output_dir=str(scratch / "data"),
-                               base_url=base_url, model="mock-model", batch_size=8, num_workers=num_workers,
+                               base_url=base_url, model="mock-model", batch_size=batch_size, num_workers=num_workers,
                                distribution="terminal_only", sandbox=SandboxSettings(backend="local"),
                                dask_address=cluster.scheduler_address)
         seen: dict[str, float] = {}
@@ -94,7 +94,7 @@ def one_run(workers: int, per_worker: int, num_workers: int, latency: float, bas
     worker_cpu = sum(cpu_after[a] - cpu_before.get(a, 0.0) for a in cpu_after)
     # From the first model call (about one latency before the first line landed) to the last line.
     steady = n / (seen["last"] - seen["first"] + latency) if "last" in seen else None
-    return {"workers": workers, "prompts": n, "num_workers": num_workers, "wall_s": round(wall, 2),
+    return {"workers": workers, "prompts": n, "batch_size": batch_size, "num_workers": num_workers, "wall_s": round(wall, 2),
             "prompts_per_s": round(n / wall, 2), "steady_prompts_per_s": steady and round(steady, 2),
             "ideal_steady_prompts_per_s": None, "worker_cpu_s_per_prompt": round(worker_cpu / n, 4),
             "flow_cpu_s_per_prompt": round(flow_cpu / n, 4), "written": stats["trajectories_written"],
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=1.0, help="seconds of each model call")
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--out", default=str(ROOT / "bench" / "dask_results.json"))
     a = p.parse_args(argv)
     from flows.cli import configure_prefect
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=180):
             for rep in range(a.repeats):
                 for w in [int(x) for x in a.workers.split(",")]:
-                    r = one_run(w, a.per_worker, a.num_workers, a.latency, f"http://127.0.0.1:{port}/v1", Path(tmp), str(rep))
+                    r = one_run(w, a.per_worker, a.num_workers, a.latency, f"http://127.0.0.1:{port}/v1", Path(tmp),
+                                str(rep), a.batch_size)
                     r["ideal_steady_prompts_per_s"] = round(w * a.num_workers / a.latency, 2)
                     r["repeat"] = rep
                     print(json.dumps(r), flush=True)
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.terminate()
         server.wait()
-    meta = {"cores": os.cpu_count(), "latency_s": a.latency, "per_worker": a.per_worker,
+    meta = {"cores": os.cpu_count(), "latency_s": a.latency, "per_worker": a.per_worker, "batch_size": a.batch_size,
             "num_workers": a.num_workers, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "note": "shared 2-core machine: other helpers' tests ran at the same time (load_before per run)"}
     Path(a.out).write_text(json.dumps({"meta": meta, "runs": results}, indent=2) + "\n")
