@@ -85,3 +85,12 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
     with link.finish_without_it(lambda: rundir.run_dir(settings)):
         steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret)
         return orchestration.run(settings, steps, api_key=api_key_from_secret(api_key_secret))
+
+
+if __name__ != "flows.batch":
+    # Loaded by file path (a deployment's entrypoint flows/batch.py:batch_run), this module has a
+    # name no other process can import, and the flow travels with each task to Dask workers by
+    # that name. Hand out the installed module's flow instead: workers import flows.batch.
+    import importlib
+
+    batch_run = importlib.import_module("flows.batch").batch_run  # noqa: F811
