@@ -40,5 +40,23 @@ log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
 if command -v dpkg >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
   apt_install busybox-static || log "could not install busybox-static; the offline image build needs it"
 fi
+# The browser toolset: Debian's Chromium (never a browser download at run time) and the unprivileged
+# account it runs as, with Chromium's own sandbox, when hermes runs as root.
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium || log "could not install chromium; the browser toolset stays unavailable"
+fi
+if [ "$(id -u)" = 0 ] && ! id hermes-browser >/dev/null 2>&1; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin hermes-browser \
+    || log "could not create the hermes-browser user; the browser runs as nobody"
+fi
 python3 -m hermes.sandbox.image ensure
+
+# The API server's tests drive it with the official openai-node SDK too (4.x and 6.x).
+if ! command -v npm >/dev/null 2>&1; then
+  log "no npm: installing nodejs and npm"
+  apt_install nodejs npm || log "could not install npm; the openai-node client tests need it"
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error) || log "npm ci in tests/node failed"
+fi
 log "ready"

@@ -17,7 +17,7 @@ from hermes import orchestration, rundir
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import started_in_this_flow_run
-from tasks.run import api_key_from_secret
+from tasks.run import api_key_from_secret, load_tool_secrets
 from tasks.report import TooManyFailedPrompts, check_failed_share  # noqa: F401  (re-exported)
 from tasks.steps import PrefectSteps
 
@@ -68,7 +68,8 @@ def _this_runs_settings(settings: RunSettings, stamp_run_name: bool | None) -> R
 
 
 @flow(name="batch-run", flow_run_name=_flow_run_name)
-def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None) -> dict:
+def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None,
+              tool_secrets: dict[str, str] | None = None) -> dict:
     """Run a tool-using agent over every prompt of a JSONL dataset, each prompt in its own Docker sandbox.
 
     Writes trajectories.jsonl and statistics.json into output_dir/run_name; resumable by prompt content.
@@ -79,11 +80,14 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
             run gets its own output folder; unset: only runs started by a schedule are stamped
         api_key_secret: name of a Prefect Secret block holding the model API key; unset: the
             worker's HERMES_API_KEY, OPENROUTER_API_KEY or OPENAI_API_KEY
+        tool_secrets: toolsets' keys from Prefect Secret blocks, as environment variable -> block
+            name (e.g. {"TAVILY_API_KEY": "tavily-key"}); unset ones come from the worker's environment
     """
+    load_tool_secrets(tool_secrets)
     settings = _this_runs_settings(settings, stamp_run_name)
     link = PrefectLink.of_this_flow_run()
     with link.finish_without_it(lambda: rundir.run_dir(settings)):
-        steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret)
+        steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret, tool_secrets=tool_secrets)
         return orchestration.run(settings, steps, api_key=api_key_from_secret(api_key_secret))
 
 

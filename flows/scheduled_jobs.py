@@ -47,7 +47,7 @@ from prefect.states import Cancelled, Cancelling
 from prefect.utilities.callables import parameter_schema
 from pydantic import ValidationError
 
-from hermes.api.jobs import JobConflict, JobInvalid, JobNotFound, JobPatch, JobsUnavailable, JobSpec
+from hermes.api.jobs import JobConflict, JobInvalid, JobKindMismatch, JobNotFound, JobPatch, JobsUnavailable, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -250,11 +250,9 @@ class PrefectJobs:
             deployment = await self._deployment(client, job_id)
             kind = "batch" if deployment.entrypoint.endswith(":batch_run") else "prompt"
             if kind == "batch" and ({"prompt", "instructions"} & patch.model_fields_set):
-                raise JobInvalid("a batch job has no prompt or instructions: change its batch settings")
+                raise JobKindMismatch("a batch job has no prompt or instructions: change its batch settings")
             if kind == "prompt" and patch.batch is not None:
-                raise JobInvalid("a prompt job has no batch settings")
-            if "prompt" in patch.model_fields_set and patch.prompt is None:
-                raise JobInvalid("a prompt job needs its prompt")
+                raise JobKindMismatch("a prompt job has no batch settings")
             update: dict[str, Any] = {"parameters": self._parameters(patch, kind, deployment.parameters)}
             if "description" in patch.model_fields_set:
                 update["description"] = patch.description or ""

@@ -1,6 +1,6 @@
 """`hermes-batch serve`: the OpenAI-compatible API server over the agent (SPEC §3).
 
-Settings come from API_SERVER_* variables over the config file (see hermes/api/settings.py);
+Settings come from API_SERVER_* variables over the config file (see hermes/api/server_settings.py);
 the flags below win over both. Jobs (/api/jobs) are Prefect deployments on the server named
 by PREFECT_API_URL; without one the jobs endpoints answer 503 and everything else works.
 """
@@ -60,9 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("WARNING: API_SERVER_SANDBOX=local: model-written commands run on THIS host", file=sys.stderr)
     import uvicorn
 
+    from hermes.api.server import uvicorn_config
+
     app = create_app(settings, jobs=jobs)
     print(f"[API Server] API server listening on http://{settings.host}:{settings.port}", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=30)
+    uvicorn.Server(uvicorn_config(app, host=settings.host, port=settings.port, log_level=args.log_level)).run()
     return 0
 
 

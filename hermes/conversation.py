@@ -58,6 +58,7 @@ def converse(
     prefetch: bool = False,
     remove_in_background: bool = False,
     image_first: bool = False,
+    on_sandbox: Callable[[LazySandbox], None] | None = None,
 ) -> Conversation:
     """Run the agent on `prompt` (a user message, or a conversation without system messages)
     offering `tools` (registered Tools); the calls of tools that need the sandbox run in one
@@ -69,7 +70,8 @@ def converse(
     is missing fails (ImageUnavailable) without spending a model call. prefetch: start the
     sandbox as the conversation starts. Neither happens when no offered tool needs the sandbox:
     such a conversation costs no container. remove_in_background: the sandbox's removal is left
-    to the backend's removers (the run's end waits for them).
+    to the backend's removers (the run's end waits for them). on_sandbox: called with the
+    (lazy) sandbox before the agent starts, e.g. so that a stop can close it mid-command.
 
     Raises what the agent loop or image_first raises; the sandbox is closed first, and the
     exception carries `sandbox_wait` as the result would have.
@@ -79,8 +81,11 @@ def converse(
         backend.ensure_image(spec.image)
     box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
                       prefetch=prefetch and sandboxed, remove_in_background=remove_in_background)
+    if on_sandbox is not None:
+        on_sandbox(box)
     ctx = context or ToolContext()
     ctx.sandbox = box
+    ctx.offered = frozenset(t.name for t in tools)
     try:
         with box:
             try:

@@ -59,6 +59,8 @@ def merge(run_path: Path) -> dict[str, Any]:
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"],
         "api_calls": totals["api_calls"],
         "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
+        "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(totals["aux_usage"].items())},
     }
     journal.write_atomic(run_path / "statistics.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
@@ -76,6 +78,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
     """Write each key's winning line without its hermes block; sum what statistics.json needs."""
     counts: Counter = Counter()
     usage: Counter = Counter()
+    aux_usage: dict[str, Counter] = {}
     tools: dict[str, dict] = {}
     reasoning: dict[str, int] = {}
     api_calls = 0
@@ -91,6 +94,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
             # Every attempt counts towards calls and tokens, failed and duplicate ones too.
             api_calls += tail.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+            add_aux_usage(aux_usage, meta.get("aux_usage"))
             if not wins[line >> 3] & (1 << (line & 7)):
                 continue
             status = meta.get("status")
@@ -103,7 +107,16 @@ def _copy_winners(index: RunIndex, out: BinaryIO) -> dict[str, Any]:
                 add_tool_stats(tools, tail.get("tool_stats"))
                 add_reasoning(reasoning, meta.get("reasoning"))
                 out.write(head if head is not None else _without_hermes(tail))
-    return {"counts": counts, "usage": usage, "tools": tools, "reasoning": reasoning, "api_calls": api_calls}
+    return {"counts": counts, "usage": usage, "aux_usage": aux_usage, "tools": tools, "reasoning": reasoning,
+            "api_calls": api_calls}
+
+
+def add_aux_usage(totals: dict[str, Counter], aux: Any) -> None:
+    """Add one entry's hermes.aux_usage ({kind: {"calls", token counts...}}) into running totals."""
+    for kind, counts in (aux or {}).items() if isinstance(aux, dict) else ():
+        if isinstance(counts, dict):
+            totals.setdefault(str(kind), Counter()).update(
+                {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)})
 
 
 def _without_hermes(entry: dict[str, Any]) -> bytes:

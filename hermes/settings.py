@@ -77,7 +77,8 @@ class RunSettings(AgentSettings):
 
     dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
     batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
-    run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key")
+    run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key",
+                          json_schema_extra={"pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})  # = _safe_run_name
     distribution: str = Field("default", description="toolset distribution to sample from")
     num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run; with dask_address: "
                                                   "prompts in flight in EACH Dask worker process (a cluster of W "

@@ -20,6 +20,9 @@ Endpoints
 ``GET  /health``               ``{"status": "ok"}``
 ``GET  /_mock/requests``       every chat request body received, in arrival order (for tests)
 ``GET  /_mock/stats``          call counters; ``POST /_mock/reset`` clears requests, stats, counters
+``POST /v1/images/generations``, ``POST /v1/images/edits``   OpenAI's images API: small real PNGs
+                               (b64_json, or url when asked), see mockllm.images
+``GET  /_mock/image_requests`` every images API request (prompt, size, uploaded images' digests)
 
 What the model answers
 ----------------------
@@ -55,9 +58,15 @@ the text of the last user message with a ``MOCK_SCRIPT`` line (else the last use
    * finally an answer with reasoning summarising the tool results it saw, e.g.
      ``"Done. hostname=<terminal output>; notes/<k>.txt=<read_file output>"``.
 
+   * then, while the ``--turns`` budget lasts, ``image_generate`` and ``vision_analyze`` on the
+     image it returned (mockllm.vision);
+
    Steps whose tools are not offered are skipped; with no tools offered it answers at once.
    ``--turns N`` (default 3) is the number of model calls a conversation takes when all three
    tools are offered.
+
+A chat request whose last user message carries ``image_url`` parts is a vision request: the
+answer says what each image is, read from its bytes (format, size, byte count, sha256 prefix).
 
 Reasoning (``--reasoning``): ``field`` (default) sends it in both ``message.reasoning`` and
 ``message.reasoning_content`` (``delta.*`` when streaming); ``content`` only in

@@ -14,6 +14,8 @@ from typing import Any, Callable
 from mockllm.conversation import HALLUCINATED_TOOL, RESULT_PREVIEW, Conversation, MockConfig, Reply, ToolCall, text_of
 from mockllm.conversation import parse_conversation
 from mockllm.script import _call_id, find_script, scripted_reply
+from mockllm import browser as browser_part
+from mockllm.vision import vision_and_images, vision_fact, vision_reply
 
 Turn = list[tuple[str, dict]]
 
@@ -24,6 +26,9 @@ def build_reply(body: Any, config: MockConfig) -> Reply:
 
 
 def reply_for(conv: Conversation, config: MockConfig) -> Reply:
+    seen = vision_reply(conv)  # a vision request (image parts) is described, whatever else it says
+    if seen is not None:
+        return seen
     script = find_script(conv.first_user)
     if script is not None:
         return scripted_reply(script, conv)
@@ -66,6 +71,8 @@ def files_and_terminal(conv: Conversation, config: MockConfig) -> list[Turn]:
 
 #: the parts of the default scenario, in order; each returns its turns (none when its tools are not offered)
 PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal]
+PARTS.append(browser_part.browse)
+PARTS.append(vision_and_images)
 
 
 def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
@@ -78,6 +85,8 @@ def file_terminal_fact(name: str, args: dict, output: str) -> str | None:
 
 #: what the final answer quotes of a tool result: the first part that says something about it
 FACTS: list[Callable[[str, dict, str], str | None]] = [file_terminal_fact]
+FACTS.append(browser_part.browser_fact)
+FACTS.append(vision_fact)
 
 
 def _hallucinates(first_user: str, config: MockConfig) -> bool:
@@ -147,3 +156,8 @@ def _preview(output: str) -> str:
     lines = output.strip().splitlines()
     return (lines[0] if lines else "")[:RESULT_PREVIEW]
 
+
+from mockllm.web import web_fact, web_search_then_extract  # noqa: E402 - the web toolset's part
+
+PARTS.append(web_search_then_extract)
+FACTS.append(web_fact)

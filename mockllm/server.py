@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
+from mockllm.images import ImageAPI
 from mockllm.scenario import reply_for
 from mockllm.wire import completion_chunks, completion_object, error_body
 
@@ -23,6 +24,7 @@ class MockState:
     def __init__(self, config: MockConfig):
         self.config = config
         self._lock = threading.Lock()
+        self.images = ImageAPI()  # the images API's requests and files
         self.reset()
 
     def reset(self) -> None:
@@ -32,6 +34,7 @@ class MockState:
                            "bad_requests": 0, "streamed": 0, "in_flight": 0, "max_in_flight": 0}
             self._attempts: dict[str, int] = {}
             self._rng = random.Random(self.config.seed)
+        self.images.reset()
 
     def record(self, body: Any) -> None:
         with self._lock:
@@ -99,6 +102,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, self.server.state.snapshot()[0])
         elif path == "/_mock/stats":
             self._send_json(200, self.server.state.snapshot()[1])
+        elif path == "/_mock/image_requests":
+            self._send_json(200, self.server.state.images.snapshot())
+        elif path.startswith("/_mock/files/"):
+            self._send_file(self.server.state.images.file(path.rsplit("/", 1)[1]))
         elif path in ("/v1/chat/completions", "/chat/completions", "/_mock/reset"):
             self._send_error(405, f"use POST for {path}")
         else:
@@ -108,6 +115,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/chat/completions", "/chat/completions"):
             self._guarded(self._chat)
+        elif path in ("/v1/images/generations", "/images/generations"):
+            self._guarded(lambda: self._send_json(*self.server.state.images.generations(self._read_body(), self._host())))
+        elif path in ("/v1/images/edits", "/images/edits"):
+            self._guarded(lambda: self._send_json(*self.server.state.images.edits(
+                self.headers.get("Content-Type", ""), self._read_body(), self._host())))
         elif path == "/_mock/reset":
             self._read_body()
             self.server.state.reset()
@@ -200,6 +212,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _host(self) -> str:
+        return self.headers.get("Host") or "%s:%d" % self.server.server_address[:2]
+
+    def _send_file(self, data: bytes | None) -> None:
+        if data is None:
+            return self._send_error(404, "no such mock file")
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _send_stream(self, chunks: Iterator[dict]) -> None:
         """Server-sent events over chunked transfer encoding (so keep-alive still works)."""
         self.send_response(200)
@@ -279,6 +303,10 @@ class MockLLM:
 
     def requests(self) -> list[Any]:
         return self.state.snapshot()[0]
+
+    def image_requests(self) -> list[dict]:
+        """Every images API request: endpoint, prompt, size, response_format and the uploaded images' digests."""
+        return self.state.images.snapshot()
 
     def stats(self) -> dict[str, int]:
         return self.state.snapshot()[1]

@@ -43,6 +43,8 @@ def publish(run_path: Path, stats: dict, max_failed_share: float | None = None) 
         scalars.append({"statistic": f"reasoning.{k}", "value": v})
     for k, v in (stats.get("usage") or {}).items():
         scalars.append({"statistic": f"usage.{k}", "value": v})
+    for kind, counts in (stats.get("aux_usage") or {}).items():  # tools' own model calls (vision, image_gen)
+        scalars += [{"statistic": f"aux_usage.{kind}.{k}", "value": v} for k, v in counts.items()]
     create_table_artifact(scalars, key=f"statistics-{key}", description=f"Statistics of run '{name}' (statistics.json)")
 
     # Always published, so every run has the artifacts the docs list; a run without tool calls says so.

@@ -28,10 +28,11 @@ from tasks.run import merge_run, plan, record, run_batch, run_batch_on_worker
 
 class PrefectSteps(orchestration.Steps):
     def __init__(self, task_runner: Callable[[RunSettings], TaskRunner], link: PrefectLink,
-                 api_key_secret: str | None = None):
+                 api_key_secret: str | None = None, tool_secrets: dict[str, str] | None = None):
         self.task_runner = task_runner  # the run's settings -> the runner batch tasks go to
         self.link = link
         self.api_key_secret = api_key_secret  # a Dask worker resolves it itself
+        self.tool_secrets = tool_secrets  # block names, likewise
         self._progress: RunProgress | None = None
 
     def check(self, settings: RunSettings) -> None:
@@ -57,7 +58,8 @@ class PrefectSteps(orchestration.Steps):
                 # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
                 order = orders.get("run") or orders.setdefault("run", RunOrder.of(ctx))
                 return pool.submit(run_batch_on_worker, {"batch": batch, "order": order,
-                                                         "api_key_secret": self.api_key_secret})
+                                                         "api_key_secret": self.api_key_secret,
+                                                         "tool_secrets": self.tool_secrets})
             yield on_worker
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:

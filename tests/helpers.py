@@ -182,3 +182,8 @@ class HeaderRecorder:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+#: the browser toolset's tools (every entry's tool_stats lists them, zeros included)
+BROWSER_TOOLS = ("browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll",
+                 "browser_back", "browser_press", "browser_get_images", "browser_vision", "browser_console")

@@ -178,14 +178,35 @@ def test_batch_jobs_and_bad_job_requests(api, prefect_client):
           400, "invalid_request")
     error(api.post("/api/jobs", json={"name": "has space", "prompt": "p"}), 400, "invalid_request")
     error(api.post("/api/jobs", json={"name": "x", "prompt": "p", "deliver": "telegram"}), 400, "invalid_request")
-    error(api.patch(f"/api/jobs/{job['id']}", json={"prompt": "a batch has none"}), 400, "invalid_request")
+    # well-formed, but not what a batch job has: a conflict with the job as it is
+    error(api.patch(f"/api/jobs/{job['id']}", json={"prompt": "a batch has none"}), 409, "job_kind_mismatch")
     for method, path in (("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run")):
         for unknown in ("00000000-0000-0000-0000-000000000000", "not-a-uuid"):
             kwargs = {"json": {}} if method == "PATCH" else {}
             error(api.request(method, f"/api/jobs/{unknown}{path}", **kwargs), 404, "not_found")
     assert api.delete(f"/api/jobs/{job['id']}").status_code == 200
-    # deployments that are not jobs are not the API's to see or touch
     assert api.get("/api/jobs").json()["data"] == []
+
+
+def test_deployments_that_are_not_jobs_are_not_the_apis_to_see_or_touch(api, prefect_client):
+    flow_id = prefect_client.create_flow_from_name("someone-elses-flow")
+    hidden = prefect_client.create_deployment(flow_id=flow_id, name="not-a-job", tags=["other-team"])
+    def state(d) -> tuple:
+        return d.name, d.paused, d.description, d.parameters, sorted(d.tags)
+
+    before = state(prefect_client.read_deployment(hidden))
+    try:
+        job = api.post("/api/jobs", json={"name": "a-job", "prompt": "p"}).json()
+        assert [j["id"] for j in api.get("/api/jobs").json()["data"]] == [job["id"]]
+        for method, path in (("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/pause"), ("POST", "/run")):
+            r = api.request(method, f"/api/jobs/{hidden}{path}", **({"json": {"description": "x"}} if method == "PATCH" else {}))
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", (method, path, r.text)
+        # untouched: not paused, not changed, not deleted, never run
+        assert state(prefect_client.read_deployment(hidden)) == before
+        assert [r for r in prefect_client.read_flow_runs() if r.deployment_id == hidden] == []
+        assert api.delete(f"/api/jobs/{job['id']}").status_code == 200
+    finally:
+        prefect_client.delete_deployment(hidden)
 
 
 def test_serve_reports_jobs_ready(api):

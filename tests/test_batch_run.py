@@ -13,7 +13,7 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import script, write_dataset, read_jsonl, tool_responses, unpullable_image
+from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unpullable_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,9 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
         assert gpt_turns and all(v.startswith("<think>\n") for v in gpt_turns)
         assert e["completed"] is True and e["partial"] is False
         assert e["metadata"]["source"] == "e2e" and e["metadata"]["model"] == "mock-model"
-        assert set(e["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files"}
+        assert set(e["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files",
+                                        "web_search", "web_extract", "vision_analyze", "image_generate",
+                                        *BROWSER_TOOLS}
         responses = {r["name"]: r["content"] for r in tool_responses(e)}
         if e["prompt_index"] < 9:
             # The token written by write_file comes back through read_file: same container.

@@ -39,13 +39,15 @@ PROMPTS = {
 def old_merge(run_path: Path) -> tuple[str, dict]:
     """The merge before it used the index: every line decoded, a Python set of keys (the oracle)."""
     done, last_failure, counts, usage = set(), {}, Counter(), Counter()
-    tools, reasoning, api_calls, out = {}, {}, 0, []
+    tools, reasoning, api_calls, out, aux = {}, {}, 0, [], {}
     for _, path in journal.batch_files(run_path):
         for entry in journal.read(path):
             meta = entry.get("hermes") or {}
             key, status = meta.get("key"), meta.get("status")
             api_calls += entry.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
+            for kind, counted in (meta.get("aux_usage") or {}).items():
+                aux.setdefault(kind, Counter()).update(counted)
             if status == "failed":
                 last_failure[key] = meta.get("error") or "unknown error"
                 continue
@@ -76,6 +78,7 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
         "discarded_no_reasoning": counts["discarded_no_reasoning"],
         "dropped_hallucinated_tools": counts["dropped_hallucinated_tools"], "api_calls": api_calls,
         "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(aux.items())},
     }
     return "".join(out), stats
 

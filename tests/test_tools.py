@@ -66,11 +66,17 @@ def exists_in(box, path: str) -> bool:
 # --------------------------------------------------------------------------- registry
 
 def test_registry_names_toolsets_and_schemas():
-    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files"]
+    browser = ["browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll", "browser_back",
+               "browser_press", "browser_get_images", "browser_vision", "browser_console"]
+    assert list(TOOLS) == ["terminal", "process", "read_file", "write_file", "patch", "search_files",
+                           "web_search", "web_extract", "vision_analyze", *browser, "image_generate"]
     assert TOOLSETS == {"terminal": ["terminal", "process"],
-                        "file": ["read_file", "write_file", "patch", "search_files"]}
+                        "file": ["read_file", "write_file", "patch", "search_files"],
+                        "web": ["web_search", "web_extract"], "vision": ["vision_analyze"], "browser": browser,
+                        "image_gen": ["image_generate"]}
     assert [t.name for t in tools_for(["file"])] == ["read_file", "write_file", "patch", "search_files"]
-    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process"]
+    assert [t.name for t in tools_for({"web", "terminal"})] == ["terminal", "process", "web_search", "web_extract"]
+    assert [t.name for t in tools_for({"vision", "terminal"})] == ["terminal", "process", "vision_analyze"]
     assert tools_for([]) == []
     schemas = openai_schemas(tools_for(["terminal", "file"]))
     assert len(schemas) == 6
@@ -90,7 +96,7 @@ def test_registry_names_toolsets_and_schemas():
 
 
 def test_run_tool_errors_never_raise(sb):
-    assert json.loads(run_tool("web_search", "{}", sb)) == {"error": "Unknown tool: web_search"}
+    assert json.loads(run_tool("no_such_tool", "{}", sb)) == {"error": "Unknown tool: no_such_tool"}
     bad = json.loads(run_tool("terminal", "{not json", sb))
     assert bad["error"].startswith("Invalid JSON arguments: ")
     assert "object" in json.loads(run_tool("terminal", "[1, 2]", sb))["error"]

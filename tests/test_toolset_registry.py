@@ -72,6 +72,21 @@ def test_a_registered_toolset_is_found_everywhere_and_leaves_cleanly():
     assert json.loads(run_tool("shout", "{}", ToolContext())) == {"error": "Unknown tool: shout"}
 
 
+def test_a_tool_the_conversation_was_not_offered_is_refused(tmp_path, mock_llm):
+    """A web-only prompt whose model calls `terminal` anyway gets no sandbox and no command run."""
+    rows = [{"prompt": "sneaky " + script(
+        {"reasoning": "Try the shell.", "tool_calls": [{"name": "terminal", "arguments": {"command": "id"}},
+                                                      _echo_call("echo", "fine")]},
+        {"reasoning": "Done.", "content": "Ok."})}]
+    done = run_cli(tmp_path, rows, "sneaky", mock_llm.base_url, "--distribution=echo_only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (entry,) = read_jsonl(tmp_path / "data" / "sneaky" / "trajectories.jsonl")
+    terminal, echo = tool_responses(entry)
+    assert terminal["content"] == {"error": "Unknown tool: terminal"}
+    assert echo["content"]["echo"] == "fine"
+    assert entry["tool_stats"]["terminal"] == {"count": 1, "success": 0, "failure": 1}
+
+
 def test_bad_distribution_registration_is_refused():
     with pytest.raises(distributions.DistributionError, match="already exists"):
         distributions.register("default", {"terminal": 100})
@@ -146,3 +161,19 @@ def test_parallel_tool_calls_of_one_turn_overlap_and_exclusive_ones_do_not(tmp_p
     # the exclusive call ran alone: after the call before it, before the call after it
     assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
     assert entry["api_calls"] == 3
+
+
+def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_harness, monkeypatch):
+    """A deployment names the Secret block holding a toolset's key; the key reaches the toolsets'
+    environment in the flow-run process and is never a flow parameter Prefect stores."""
+    from prefect.blocks.system import Secret
+
+    from flows.batch import batch_run
+    from tasks.run import load_tool_secrets  # the flow's process and each Dask worker call it
+
+    Secret(value="tv-123-secret").save("tavily-key-test", overwrite=True)
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
+    assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
+    monkeypatch.delenv("TAVILY_API_KEY")
+    assert "tool_secrets" in batch_run.parameters.model_dump()["properties"]  # a form field naming blocks

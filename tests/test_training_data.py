@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes.settings import RunSettings
-from tests.helpers import read_jsonl, script, write_dataset
+from tests.helpers import BROWSER_TOOLS, read_jsonl, script, write_dataset
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -53,7 +53,8 @@ def test_statistics_of_a_run_with_known_outcomes(tmp_path, mock_llm, sandbox_ima
 
     zero = {"count": 0, "success": 0, "failure": 0, "success_rate": 0.0, "failure_rate": 0.0}
     assert stats["tool_statistics"] == {
-        "patch": zero, "process": zero, "search_files": zero,
+        "patch": zero, "process": zero, "search_files": zero, "web_search": zero, "web_extract": zero,
+        "vision_analyze": zero, "image_generate": zero, **{name: zero for name in BROWSER_TOOLS},
         "read_file": {"count": 2, "success": 1, "failure": 1, "success_rate": 50.0, "failure_rate": 50.0},
         "terminal": {"count": 5, "success": 5, "failure": 0, "success_rate": 100.0, "failure_rate": 0.0},
         "write_file": {"count": 1, "success": 1, "failure": 0, "success_rate": 100.0, "failure_rate": 0.0},
@@ -92,7 +93,9 @@ def test_datasets_loads_trajectories_of_different_toolsets(tmp_path, mock_llm, s
 
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert ds.num_rows == 12
-    assert set(ds.features["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files"}
+    assert set(ds.features["tool_stats"]) == {"terminal", "process", "read_file", "write_file", "patch", "search_files",
+                                                "web_search", "web_extract", "vision_analyze", "image_generate",
+                                                *BROWSER_TOOLS}
     assert set(ds.features["tool_error_counts"]) == set(ds.features["tool_stats"])
     assert sorted(ds["prompt_index"]) == list(range(12))
     assert sorted(str(r.get("source")) for r in ds["metadata"]) == ["None"] * 6 + ["gsm8k"] * 6

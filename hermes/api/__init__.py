@@ -6,6 +6,8 @@ the agent, with its tools and sandboxes, as a model.
     security.py     security headers, CORS, API key, body size limit
     idempotency.py  Idempotency-Key replay
     errors.py       OpenAI-style error bodies
+    openapi.py      the OpenAPI document as the server answers (400s, every error, SSE)
+    wire_schemas.py JSON Schemas of request bodies: the rules content.py enforces, for clients
     service.py      the agent behind it: worker threads, a sandbox per request, the run cap
     content.py      client messages and Responses input -> chat messages
     chat.py         /v1/chat/completions
@@ -13,6 +15,7 @@ the agent, with its tools and sandboxes, as a model.
     runs.py         /v1/runs
     jobs.py         /api/jobs over a JobsBackend (the Prefect one is flows/scheduled_jobs.py)
     meta.py         models, capabilities, health
+    server.py       serving with uvicorn (its own 400s with security headers, keep-alive)
 
 No Prefect here: `hermes-batch serve` (flows/serve.py) wires the Prefect jobs backend in.
 """

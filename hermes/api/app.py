@@ -14,7 +14,7 @@ import contextlib
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from hermes.api import chat, errors, jobs as jobs_api, meta, responses, runs
+from hermes.api import chat, errors, jobs as jobs_api, meta, openapi, responses, runs
 from hermes.api.idempotency import Idempotency
 from hermes.api.jobs import JobsBackend
 from hermes.api.runs import RunRegistry
@@ -54,6 +54,7 @@ def create_app(settings: ApiSettings, jobs: JobsBackend | None = None) -> FastAP
                   docs_url=None, redoc_url=None)  # the OpenAPI document stays, behind the key
     app.state.settings, app.state.jobs = settings, jobs
     errors.install(app)
+    openapi.install(app)
     for module in (chat, responses, runs, jobs_api, meta):
         app.include_router(module.router)
     # add_middleware puts each new layer outside the previous ones: innermost first.

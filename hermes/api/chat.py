@@ -3,23 +3,30 @@
 The client's system message is layered on the agent's own system prompt. The answer is the
 agent's text (every assistant text of this request, in order); its tool calls and results
 stay on the server. With `stream: true` the text is streamed as `chat.completion.chunk`
-events, and `event: hermes.tool.progress` events report each tool as it starts and ends; their
-data carries `"choices": []`, so OpenAI SDK clients iterating chunks simply skip them.
+events, and `event: hermes.tool.progress` events report each tool as it starts and ends.
+Their data carries one choice with an empty delta, so the usual client loop
+(`chunk.choices[0].delta.content or ""`) passes over them. Clients that cannot take a named
+event (openai-node 4.x hands it over as `{event, data}`) turn them off per request with
+`stream_options: {"include_tool_progress": false}`, or for the server with
+API_SERVER_TOOL_PROGRESS=false.
+
+A client that hangs up, streaming or not, stops its agent at the next safe point.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator, Literal
+from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from hermes.api import sse
-from hermes.api.content import chat_messages
+from hermes.api.content import TextOnly, chat_messages
 from hermes.api.errors import ApiError, error_body
-from hermes.api.service import AgentRequest, AgentService, Event, final_text, usage_of
+from hermes.api.wire_schemas import CHAT_MESSAGES
+from hermes.api.service import AgentRequest, AgentService, Event, final_text, hung_up, usage_of
 from hermes.stats import is_tool_failure
 
 router = APIRouter()
@@ -39,17 +46,20 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: StrictBool = False
+    include_tool_progress: StrictBool | None = Field(
+        None, description="hermes.tool.progress events in the stream (default: the server's tool_progress setting)")
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(TextOnly):
     # Sampling parameters, client tools and the like are accepted and left to the agent:
     # the server decides how its own model is called (the `model` field is display only).
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    # validated here and in content.chat_messages; the document says the same (wire_schemas)
+    messages: Annotated[list[ChatMessage], WithJsonSchema(CHAT_MESSAGES)] = Field(min_length=1)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
 
 
@@ -60,12 +70,15 @@ async def chat_completions(body: ChatRequest, request: Request):
     agent_request = AgentRequest(conversation, system)
     completion = Completion(request.app.state.settings.model_name)
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        options = body.stream_options or StreamOptions()
+        progress = options.include_tool_progress
+        if progress is None:
+            progress = request.app.state.settings.tool_progress
         queue: asyncio.Queue = asyncio.Queue()
         work = service.start(agent_request, queue.put_nowait, stream_model=True)  # 429 before any byte is sent
         work.future.add_done_callback(lambda _: queue.put_nowait(None))
-        return sse.stream(completion.stream(work, queue, len(conversation), include_usage))
-    run = await service.wait(service.start(agent_request))
+        return sse.stream(completion.stream(work, queue, len(conversation), options.include_usage, progress))
+    run = await service.wait(service.start(agent_request), hung_up(request.receive))
     new = run.messages[len(conversation):]
     if run.error and not final_text(new):
         raise ApiError(502, f"the upstream model failed: {run.error}", "upstream_error")
@@ -94,14 +107,17 @@ class Completion:
     def progress(self, ev: Event) -> bytes:
         call = ev["call"]
         name, arguments = call["function"]["name"], call["function"]["arguments"] or ""
-        data = {**self._head("hermes.tool.progress"), "choices": [], "tool": name, "call_id": call["id"],
+        # the empty delta: loops reading choices[0].delta pass over it (an empty `choices` broke them)
+        data = {**self._head("hermes.tool.progress"),
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}], "tool": name, "call_id": call["id"],
                 "status": "started" if ev["type"] == "tool.started" else "completed",
                 "label": f"{name}: {arguments[:LABEL_CHARS]}"}
         if ev["type"] == "tool.completed":
             data["ok"] = not is_tool_failure(ev["result"])
         return sse.event(data, "hermes.tool.progress")
 
-    async def stream(self, work, queue: asyncio.Queue, history: int, include_usage: bool) -> AsyncIterator[bytes]:
+    async def stream(self, work, queue: asyncio.Queue, history: int, include_usage: bool,
+                     progress: bool) -> AsyncIterator[bytes]:
         wrote_text = turn_has_text = False
         try:
             yield self.chunk({"role": "assistant", "content": ""})
@@ -116,7 +132,7 @@ class Completion:
                     yield self.chunk({"content": delta})
                 elif ev["type"] == "message":
                     turn_has_text = False
-                elif ev["type"] in ("tool.started", "tool.completed"):
+                elif ev["type"] in ("tool.started", "tool.completed") and progress:
                     yield self.progress(ev)
             try:
                 run = work.future.result()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, model_validator
+
 from hermes.api.errors import ApiError
 
 UNSUPPORTED = "unsupported_content_type"
@@ -22,6 +24,42 @@ def unsupported(message: str, param: str) -> ApiError:
 
 def bad(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, "invalid_request", param)
+
+
+def lone_surrogate_at(value: Any, param: str = "") -> str | None:
+    """Where in a parsed JSON body a string holds a lone UTF-16 surrogate (JSON allows the
+    escape \\ud800, Unicode text does not): the parameter path, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return param or "body"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = lone_surrogate_at(k, param or "body") or lone_surrogate_at(v, f"{param}.{k}" if param else str(k))
+            if where:
+                return where
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if where := lone_surrogate_at(v, f"{param}[{i}]"):
+                return where
+    return None
+
+
+class TextOnly(BaseModel):
+    """A request body whose strings must be Unicode text: one with a lone surrogate is the
+    client's bad input (400 naming the field), not something to fail on later when the text
+    is encoded for the model, the store or the answer."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        if where := lone_surrogate_at(data):
+            # ApiError, not ValueError: pydantic lets it through to the handler, param and all
+            raise bad(f"{where}: text holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not valid Unicode",
+                      where)
+        return data
 
 
 def check_image_url(url: Any, param: str) -> str:
@@ -83,12 +121,32 @@ def chat_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         # only the fields every OpenAI-compatible model takes: strict endpoints refuse others
         message = {k: m[k] for k in CHAT_FIELDS if m.get(k) is not None}
         message["content"] = content
-        if role == "user" and content is None:
-            raise bad("a user message needs content", param)
+        if role in ("user", "tool") and content is None:
+            raise bad(f"a {role} message needs content", param)
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            raise bad("a tool message needs a string 'tool_call_id'", f"messages[{i}].tool_call_id")
+        if m.get("tool_calls") is not None:
+            if role != "assistant":
+                raise bad("only assistant messages have tool_calls", f"messages[{i}].tool_calls")
+            _check_tool_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+        if m.get("tool_call_id") is not None and role != "tool":
+            raise bad("only tool messages have a tool_call_id", f"messages[{i}].tool_call_id")
         conversation.append(message)
     if not conversation:
         raise bad("messages must include at least one user message", "messages")
     return conversation, "\n\n".join(s for s in system if s) or None
+
+
+def _check_tool_calls(calls: list[Any], param: str) -> None:
+    """An assistant's tool calls as the model takes them back: refused here rather than by the
+    model, which would make the client's bad history look like an upstream failure."""
+    for j, call in enumerate(calls):
+        p = f"{param}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(call, dict) and isinstance(call.get("id"), str) and call.get("type") == "function"
+                and isinstance(function, dict) and isinstance(function.get("name"), str) and function["name"]
+                and isinstance(function.get("arguments"), str)):
+            raise bad("a tool call is {'id': str, 'type': 'function', 'function': {'name': str, 'arguments': str}}", p)
 
 
 # --------------------------------------------------------------------------- Responses input
@@ -104,9 +162,10 @@ def responses_parts(content: Any, role: str, param: str) -> str | list[dict[str,
         p = f"{param}[{j}]"
         kind = _part_type(part, p)
         if kind in ("input_text", "output_text", "text", "refusal"):
-            text = part.get("text", part.get("refusal"))
+            key = "refusal" if kind == "refusal" else "text"
+            text = part.get(key)
             if not isinstance(text, str):
-                raise bad("a text part needs a string 'text'", f"{p}.text")
+                raise bad(f"a {kind} part needs a string '{key}'", f"{p}.{key}")
             out.append({"type": "text", "text": text})
         elif kind == "input_image":
             url = check_image_url(part.get("image_url"), f"{p}.image_url")
@@ -119,8 +178,9 @@ def responses_parts(content: Any, role: str, param: str) -> str | list[dict[str,
     return out
 
 
-def responses_input(value: str | list[Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """(chat messages, system text found in the input) from a Responses `input`."""
+def responses_input(value: str | list[Any], require_message: bool = True) -> tuple[list[dict[str, Any]], str | None]:
+    """(chat messages, system text found in the input) from a Responses `input` (or, with
+    `require_message` false, a history that may hold no message)."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}], None
     messages: list[dict[str, Any]] = []
@@ -130,6 +190,8 @@ def responses_input(value: str | list[Any]) -> tuple[list[dict[str, Any]], str |
         if not isinstance(item, dict):
             raise bad("input items must be objects", param)
         kind = item.get("type", "message" if "role" in item else None)
+        if kind in FILE_TYPES or "file_id" in item:
+            raise unsupported("file inputs are not supported: send text or images", f"{param}.type")
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
@@ -152,13 +214,11 @@ def responses_input(value: str | list[Any]) -> tuple[list[dict[str, Any]], str |
                 raise bad("a function_call_output item needs 'call_id' and 'output'", param)
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": output if isinstance(output, str) else json.dumps(output)})
-        elif kind in FILE_TYPES or "file_id" in item:
-            raise unsupported("file inputs are not supported: send text or images", f"{param}.type")
         elif kind == "reasoning":
             continue  # reasoning summaries of earlier turns are not sent back to the model
         else:
             raise bad(f"input items of type '{kind}' are not supported", f"{param}.type")
-    if not messages:
+    if not messages and require_message:
         raise bad("input must include at least one message", "input")
     return messages, "\n\n".join(s for s in system if s) or None
 

@@ -63,7 +63,8 @@ def _param(loc: tuple[Any, ...]) -> str | None:
             out += f"[{part}]"
         elif part in ("body", "query", "path", "header") and not out:
             continue
-        elif isinstance(part, str) and (part in _UNION_TAGS or "[" in part or part[:1].isupper()):
+        elif isinstance(part, str) and (part in _UNION_TAGS or part.startswith("constrained-") or "[" in part
+                                        or part[:1].isupper()):
             continue
         else:
             out += f".{part}" if out else str(part)
@@ -87,6 +88,24 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str, str | Non
     return text, "invalid_request", param
 
 
+def _routes(routes: list[Any]):
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # an included router (FastAPI >= 0.150)
+        yield from _routes(inner.routes) if inner is not None else (route,)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path. Starlette's 405 names only the first route
+    that matched the path (GET /v1/responses/{id} hid DELETE on the same path)."""
+    path = request.scope["path"]
+    methods: set[str] = set()
+    for route in _routes(request.app.router.routes):
+        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and route_methods and regex.match(path):
+            methods |= set(route_methods)
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -106,8 +125,10 @@ def install(app: FastAPI) -> None:
         code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         message = (f"no route for {request.method} {request.url.path}" if exc.status_code == 404
                    else str(exc.detail))
-        return JSONResponse(error_body(exc.status_code, message, code), exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return JSONResponse(error_body(exc.status_code, message, code), exc.status_code, headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

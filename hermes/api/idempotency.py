@@ -2,8 +2,10 @@
 
 Answers are kept `ttl` seconds per (path, key). The same key with a different body is refused
 (409) rather than silently answered with a result for another request; a retry that arrives
-while the first attempt is still running waits for it. Streams (SSE) and server errors are not
-kept: a stream cannot be replayed faithfully, and a 5xx should be retryable.
+while the first attempt is still running waits for it. Only completed answers (2xx, not
+streamed) are kept: a refusal (429 because the server was full, 4xx, 5xx) must not stand in
+for the answer a retry with the same key may well get, and a stream cannot be replayed
+faithfully.
 """
 from __future__ import annotations
 
@@ -94,7 +96,7 @@ class Idempotency:
             if message["type"] == "http.response.start":
                 entry.start = message
                 content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
-                entry.cacheable = message["status"] < 500 and not content_type.startswith("text/event-stream")
+                entry.cacheable = 200 <= message["status"] < 300 and not content_type.startswith("text/event-stream")
             elif message["type"] == "http.response.body" and entry.cacheable:
                 chunks.append(message.get("body", b""))
             await send(message)

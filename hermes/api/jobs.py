@@ -15,11 +15,13 @@ optional: a job without one runs only when asked):
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Protocol
+import zoneinfo
+from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Request
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, ValidationError, WithJsonSchema, model_validator
 
+from hermes.api.content import TextOnly
 from hermes.api.errors import ApiError, not_found
 from hermes.settings import RunSettings
 
@@ -40,6 +42,11 @@ class JobInvalid(ValueError):
     pass
 
 
+class JobKindMismatch(JobInvalid):
+    """A change that does not fit the job's kind (batch settings for a prompt job, ...): the
+    body is well-formed, it conflicts with the job as it is (409)."""
+
+
 class JobsUnavailable(RuntimeError):
     """The backend cannot be reached (say, the Prefect server is down)."""
 
@@ -56,26 +63,54 @@ def _check_batch(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-def _check_cron(value: str | None) -> str | None:
-    if value is not None and len(value.split()) not in (5, 6):
-        raise ValueError("schedule must be a cron expression of 5 fields, like '0 * * * *'")
-    return value
+def _names(*names: str) -> str:
+    return "|".join(n for name in names for n in (name, name.lower()))
 
 
-Batch = Annotated[dict[str, Any] | None, AfterValidator(_check_batch)]
-Cron = Annotated[str | None, AfterValidator(_check_cron)]
+def _field(value: str) -> str:
+    """One cron field: *, a value or a range, each with an optional /step, in a comma list."""
+    item = f"(?:\\*|(?:{value})(?:-(?:{value}))?)(?:/[1-9][0-9]?)?"
+    return f"{item}(?:,{item})*"
 
 
-class JobSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+#: a five-field cron expression with the values each field can hold, as Prefect (croniter)
+#: takes it. In the schema too, so that a schedule the document calls valid is one Prefect takes.
+CRON_PATTERN = "^" + " ".join(_field(v) for v in (
+    "[0-5]?[0-9]",                                                       # minute
+    "[01]?[0-9]|2[0-3]",                                                 # hour
+    "0?[1-9]|[12][0-9]|3[01]",                                           # day of month
+    "0?[1-9]|1[0-2]|" + _names("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+    "[0-7]|" + _names("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"),  # day of week
+)) + "$"
+#: the IANA time zones of this machine's zoneinfo (what Prefect's schedules take)
+TIMEZONES = sorted(zoneinfo.available_timezones())
+
+#: documented as the batch-run settings (their schema is added to the document: openapi.py)
+Batch = Annotated[dict[str, Any] | None, AfterValidator(_check_batch),
+                  WithJsonSchema({"anyOf": [{"$ref": "#/components/schemas/RunSettings"}, {"type": "null"}]})]
+Cron = Annotated[str, Field(pattern=CRON_PATTERN, description="cron: minute hour day-of-month month day-of-week, "
+                            "like '0 3 * * *'; single spaces between fields")] | None
+TimeZone = Literal[tuple(TIMEZONES)]  # type: ignore[valid-type]
+
+
+#: exactly one of prompt and batch; instructions only with a prompt (as _one_kind checks)
+ONE_KIND = {"oneOf": [
+    {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "batch": {"type": "null"}}},
+    {"required": ["batch"], "properties": {"batch": {"type": "object"}, "prompt": {"type": "null"},
+                                           "instructions": {"anyOf": [{"type": "null"}, {"const": ""}]}}},
+]}
+
+
+class JobSpec(TextOnly):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=ONE_KIND)
 
     name: str = Field(pattern=NAME_PATTERN, description="unique among jobs; names the Prefect deployment")
     prompt: str | None = Field(None, min_length=1)
     instructions: str | None = None
     batch: Batch = None
     schedule: Cron = None
-    timezone: str = "UTC"
-    paused: bool = False
+    timezone: TimeZone = "UTC"
+    paused: StrictBool = False
     description: str | None = None
 
     @model_validator(mode="after")
@@ -91,17 +126,17 @@ class JobSpec(BaseModel):
         return "prompt" if self.prompt is not None else "batch"
 
 
-class JobPatch(BaseModel):
+class JobPatch(TextOnly):
     """Fields to change; those left out stay as they are (`schedule: null` removes the schedule)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str | None = Field(None, min_length=1)
+    prompt: Annotated[str, Field(min_length=1)] = None  # type: ignore[assignment] - null is no prompt: refused
     instructions: str | None = None
     batch: Batch = None
     schedule: Cron = None
-    timezone: str | None = None
-    paused: bool | None = None
+    timezone: TimeZone | None = None
+    paused: StrictBool | None = None
     description: str | None = None
 
 
@@ -133,6 +168,8 @@ async def _call(request: Request, method: str, *args: Any) -> Any:
         raise not_found("job", str(args[0]) if args else "?") from None
     except JobConflict as e:
         raise ApiError(409, str(e), "job_exists", "name") from None
+    except JobKindMismatch as e:
+        raise ApiError(409, str(e), "job_kind_mismatch") from None
     except JobInvalid as e:
         raise ApiError(400, str(e), "invalid_request") from None
     except JobsUnavailable as e:

@@ -4,7 +4,9 @@ are kept (least recently used go first).
 A stored response keeps the whole conversation up to and including it (chat format, tool calls
 and results too), so `previous_response_id` continues it without walking a chain of rows, and
 evicting an old response never breaks a newer one. A named conversation points at its latest
-response.
+response; when that response is evicted the name is kept (the most recent `10 * limit` such
+names), so the next turn is told its history is gone (`evicted`) instead of silently starting
+over. Deleting a conversation's latest response deletes the name: the client asked for that.
 """
 from __future__ import annotations
 
@@ -64,7 +66,10 @@ class ResponseStore:
                 self._db.execute("INSERT OR REPLACE INTO conversations VALUES (?, ?)", (conversation, id))
             self._db.execute("DELETE FROM responses WHERE id NOT IN (SELECT id FROM responses ORDER BY used DESC LIMIT ?)",
                              (self.limit,))
-            self._db.execute("DELETE FROM conversations WHERE response_id NOT IN (SELECT id FROM responses)")
+            # names whose latest response was evicted stay (bounded): see latest()
+            self._db.execute("DELETE FROM conversations WHERE response_id NOT IN (SELECT id FROM responses) AND rowid NOT IN "
+                             "(SELECT rowid FROM conversations WHERE response_id NOT IN (SELECT id FROM responses) "
+                             "ORDER BY rowid DESC LIMIT ?)", (10 * self.limit,))
 
     def get(self, id: str) -> Stored | None:
         """The stored response, counted as a use (it moves to the back of the eviction line)."""
@@ -76,10 +81,14 @@ class ResponseStore:
             self._db.execute("UPDATE responses SET used = ? WHERE id = ?", (self._tick(), id))
         return Stored(row[0], json.loads(row[1]), json.loads(row[2]), row[3])
 
-    def latest(self, conversation: str) -> str | None:
+    def latest(self, conversation: str) -> tuple[str | None, bool]:
+        """(the conversation's latest response id, whether that response has been evicted);
+        (None, False) for a name never used."""
         with self._lock:
-            row = self._db.execute("SELECT response_id FROM conversations WHERE name = ?", (conversation,)).fetchone()
-        return row[0] if row else None
+            row = self._db.execute("SELECT c.response_id, r.id IS NULL FROM conversations c "
+                                   "LEFT JOIN responses r ON r.id = c.response_id WHERE c.name = ?",
+                                   (conversation,)).fetchone()
+        return (row[0], bool(row[1])) if row else (None, False)
 
     def delete(self, id: str) -> bool:
         with self._lock, self._db:
@@ -91,7 +100,8 @@ class ResponseStore:
     def counts(self) -> dict[str, int]:
         with self._lock:
             responses = self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
-            conversations = self._db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0]
+            conversations = self._db.execute("SELECT COUNT(*) FROM conversations WHERE response_id IN "
+                                             "(SELECT id FROM responses)").fetchone()[0]
         return {"responses": responses, "conversations": conversations, "limit": self.limit}
 
     def close(self) -> None:

@@ -7,41 +7,48 @@ only. The output lists what the agent did, in order: `message` items for its tex
 carry the Responses event types, items appearing as the agent works.
 
 Responses are stored unless `store` is false; a response in a named conversation is always
-stored, since the conversation is made of stored responses.
+stored, since the conversation is made of stored responses. A conversation whose latest
+response was evicted from the store answers 409 `conversation_expired` rather than going on
+without its history.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from hermes.api import sse
-from hermes.api.content import responses_input
+from hermes.api.content import TextOnly, responses_input
 from hermes.api.errors import ApiError, not_found
-from hermes.api.service import AgentRequest, AgentService, Event, usage_of
+from hermes.api.service import AgentRequest, AgentService, Event, hung_up, usage_of
 from hermes.api.response_store import ResponseStore
+from hermes.api.wire_schemas import RESPONSES_INPUT, not_both
 
 router = APIRouter()
 
 
 class ConversationRef(BaseModel):
-    id: str
+    id: str = Field(min_length=1)
+
+#: Responses input (content.responses_input checks it; the document says the same)
+Input = Annotated[str | list[dict[str, Any]], WithJsonSchema(RESPONSES_INPUT)]
 
 
-class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # sampling parameters etc.: the server decides
+class ResponsesRequest(TextOnly):
+    # sampling parameters etc. are allowed: the server decides
+    model_config = ConfigDict(extra="allow", json_schema_extra=not_both("previous_response_id", "conversation"))
 
     model: str | None = None
-    input: str | list[dict[str, Any]]
+    input: Input
     instructions: str | None = None
-    store: bool = True
-    previous_response_id: str | None = None
-    conversation: str | ConversationRef | None = None
-    stream: bool = False
+    store: StrictBool = True
+    previous_response_id: str | None = Field(None, min_length=1)
+    conversation: Annotated[str, Field(min_length=1)] | ConversationRef | None = None
+    stream: StrictBool = False
     metadata: dict[str, str] | None = None
 
 
@@ -134,17 +141,23 @@ async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
     store: ResponseStore = state.store
     service: AgentService = state.service
-    if body.previous_response_id and body.conversation:
+    if body.previous_response_id is not None and body.conversation is not None:
         raise ApiError(400, "send previous_response_id or conversation, not both", "invalid_request", "conversation")
     conversation = body.conversation.id if isinstance(body.conversation, ConversationRef) else body.conversation
     previous = None
-    if body.previous_response_id:
+    if body.previous_response_id is not None:
         previous = store.get(body.previous_response_id)
         if previous is None:
             raise not_found("previous response", body.previous_response_id, "previous_response_id")
     elif conversation:
-        latest = store.latest(conversation)
+        latest, evicted = store.latest(conversation)
         previous = store.get(latest) if latest else None  # a new name starts a new conversation
+        if latest and previous is None:
+            # never start over silently: the client would think the model still knew the history
+            raise ApiError(409, f"conversation '{conversation}' cannot be continued: its latest response {latest} "
+                           f"was {'evicted from the store (max_stored_responses)' if evicted else 'removed'}; "
+                           "start a new conversation, or send the history in `input`",
+                           "conversation_expired", "conversation")
     new, system = responses_input(body.input)
     messages = (previous.messages if previous else []) + new
     instructions = "\n\n".join(s for s in (body.instructions, system) if s) or None
@@ -165,7 +178,7 @@ async def create_response(body: ResponsesRequest, request: Request):
         work.future.add_done_callback(lambda _: queue.put_nowait(None))
         return sse.stream(_stream(work, queue, output, messages, conversation, store))
     events: list[Event] = []
-    run = await service.wait(service.start(agent_request, events.append))
+    run = await service.wait(service.start(agent_request, events.append), hung_up(request.receive))
     for ev in events:
         output.feed(ev)
     if run.error and not output.items:

@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel, ConfigDict
+from fastapi.responses import StreamingResponse
+from pydantic import Field, ConfigDict, WithJsonSchema
 
-from hermes.api.content import responses_input
+from hermes.api import sse
+from hermes.api.content import TextOnly, responses_input
 from hermes.api.errors import ApiError, not_found
+from hermes.api.wire_schemas import RESPONSES_INPUT, RESPONSES_ITEMS, not_both
 from hermes.api.service import AgentRequest, AgentService, Event, Work, final_text, usage_of
 
 router = APIRouter()
@@ -36,14 +38,16 @@ TERMINAL = ("completed", "failed", "cancelled")
 RESULT_PREVIEW = 2000
 
 
-class RunRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class RunRequest(TextOnly):
+    model_config = ConfigDict(extra="allow", json_schema_extra=not_both("conversation_history", "previous_response_id"))
 
-    input: str | list[dict[str, Any]]
+    # checked by content.responses_input; the document says the same (wire_schemas)
+    input: Annotated[str | list[dict[str, Any]], WithJsonSchema(RESPONSES_INPUT)]
     instructions: str | None = None
     session_id: str | None = None
-    conversation_history: list[dict[str, Any]] | None = None
-    previous_response_id: str | None = None
+    conversation_history: Annotated[list[dict[str, Any]] | None,
+                                    WithJsonSchema({"anyOf": [RESPONSES_ITEMS, {"type": "null"}]})] = None
+    previous_response_id: str | None = Field(None, min_length=1)
     model: str | None = None
 
 
@@ -117,21 +121,30 @@ class Run:
                 "created_at": int(self.created_at), "ended_at": int(self.ended_at) if self.ended_at else None,
                 "events_buffered": len(self.events)}
 
-    async def subscribe(self, after: int | None) -> AsyncIterator[ServerSentEvent]:
+    async def subscribe(self, after: int | None) -> AsyncIterator[bytes]:
+        """The run's events as SSE bytes: buffered ones after `after`, then live ones until the
+        run is terminal. A client may hang up at any point: its reader count goes back down in
+        `finally` (the response task is cancelled on disconnect), so the run is swept as usual."""
         self.readers += 1
         try:
             seq = self.first_seq if after is None else max(after + 1, self.first_seq)
             if after is None and self.first_seq > 0:
                 # the buffer expired unread: say where the run stands before going on live
-                yield ServerSentEvent(event="run.status", data=self.view())
+                yield sse.event(self.view(), "run.status")
             while True:
                 while seq < self.next_seq:
                     ev = self.events[seq - self.first_seq]
                     seq += 1
-                    yield ServerSentEvent(event=ev["event"], data=ev["data"], id=str(ev["seq"]))
+                    yield sse.event(ev["data"], ev["event"], str(ev["seq"]))
+                    # let the loop see a hang-up between events, rather than write a long buffer
+                    # into a dead socket (asyncio logs each such write)
+                    await asyncio.sleep(0)
                 if self.terminal:
                     return
-                await self._wake.wait()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), sse.KEEPALIVE_SECONDS)
+                except asyncio.TimeoutError:
+                    yield sse.KEEPALIVE_COMMENT
         finally:
             self.readers -= 1
 
@@ -188,17 +201,17 @@ def existing_run(run_id: str, runs: RunRegistry = Depends(registry)) -> Run:
 
 @router.post("/v1/runs", status_code=202)
 async def create_run(body: RunRequest, request: Request, runs: RunRegistry = Depends(registry)):
-    if body.conversation_history is not None and body.previous_response_id:
+    if body.conversation_history is not None and body.previous_response_id is not None:
         raise ApiError(400, "send conversation_history or previous_response_id, not both", "invalid_request",
                        "previous_response_id")
     history: list[dict[str, Any]] = []
-    if body.previous_response_id:
+    if body.previous_response_id is not None:
         stored = request.app.state.store.get(body.previous_response_id)
         if stored is None:
             raise not_found("previous response", body.previous_response_id, "previous_response_id")
         history = stored.messages
     elif body.conversation_history:
-        history, _ = responses_input(body.conversation_history)
+        history, _ = responses_input(body.conversation_history, require_message=False)
     new, system = responses_input(body.input)
     instructions = "\n\n".join(s for s in (body.instructions, system) if s) or None
     run = Run(f"run_{uuid.uuid4().hex}", body.session_id, request.app.state.settings.model_name)
@@ -217,12 +230,14 @@ async def get_run(run: Run = Depends(existing_run)):
     return run.view()
 
 
-@router.get("/v1/runs/{run_id}/events", response_class=EventSourceResponse)
+@router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
+            responses={200: {"description": "the run's events", "content": {"text/event-stream": {"schema": {"type": "object"}}}}})
 async def run_events(run: Run = Depends(existing_run),
-                     last_event_id: str | None = Header(None, alias="Last-Event-ID")) -> AsyncIterator[ServerSentEvent]:
+                     last_event_id: str | None = Header(None, alias="Last-Event-ID")):
+    # A plain streaming response, not FastAPI's generator endpoint: that one's keep-alive task
+    # fails with BrokenResourceError (a logged traceback) when the client hangs up mid-stream.
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
-    async for ev in run.subscribe(after):
-        yield ev
+    return sse.stream(run.subscribe(after))
 
 
 @router.post("/v1/runs/{run_id}/stop")

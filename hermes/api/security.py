@@ -42,13 +42,26 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+#: request headers a browser may send: ours, and those the official OpenAI SDKs (Python,
+#: openai-node 4.x-6.x) add to every request, so a browser app using them passes the preflight
+ALLOWED_HEADERS = [
+    "Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID",
+    "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta",
+    "X-Stainless-Arch", "X-Stainless-Lang", "X-Stainless-OS", "X-Stainless-Package-Version",
+    "X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Retry-Count", "X-Stainless-Timeout",
+    "X-Stainless-Read-Timeout", "X-Stainless-Async", "X-Stainless-Helper-Method", "X-Stainless-Helper",
+    "X-Stainless-Poll-Helper", "X-Stainless-Custom-Poll-Interval",
+]
+
+
 class Cors(CORSMiddleware):
     """CORS for an explicit allowlist; preflights are cached 10 minutes and may carry
-    Idempotency-Key. A refused preflight gets an OpenAI-style body instead of plain text."""
+    Idempotency-Key and the OpenAI SDKs' headers. A refused preflight gets an OpenAI-style body
+    instead of plain text."""
 
     def __init__(self, app: ASGIApp, origins: Iterable[str]):
         super().__init__(app, allow_origins=list(origins), allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-                         allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+                         allow_headers=ALLOWED_HEADERS,
                          expose_headers=["Retry-After", "Idempotent-Replayed"], max_age=600)
 
     def preflight_response(self, request_headers: Headers) -> Response:

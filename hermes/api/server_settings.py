@@ -47,6 +47,10 @@ class ApiSettings(BaseSettings):
     max_stored_responses: int = Field(100, ge=1, description="stored responses kept (least recently used go first)")
     max_concurrent_runs: int = Field(4, ge=1, description="agent runs in flight; more answer 429")
     retry_after: int = Field(5, ge=1, description="Retry-After seconds sent with 429")
+    keep_alive: float = Field(75.0, gt=0, description="seconds an idle client connection is kept open "
+                              "(always more than retry_after: a client waiting that long reuses its connection)")
+    tool_progress: bool = Field(True, description="hermes.tool.progress events in streamed chat completions "
+                                "(per request: stream_options.include_tool_progress)")
     max_request_bytes: int = Field(16 << 20, ge=1024, description="largest request body accepted")
     idempotency_ttl: float = Field(300.0, gt=0, description="seconds an Idempotency-Key answer is replayed")
     run_events_ttl: float = Field(300.0, gt=0, description="seconds unread run events are buffered")
@@ -90,6 +94,11 @@ class ApiSettings(BaseSettings):
             return cls(**overrides)
         finally:
             _config_file.reset(token)
+
+    def keep_alive_seconds(self) -> float:
+        # A client told to wait Retry-After seconds comes back on its idle connection; had the
+        # server closed it at that very moment, the retry would fail with a read error.
+        return max(self.keep_alive, self.retry_after + 5.0)
 
     def sandbox_settings(self) -> SandboxSettings:
         return SandboxSettings(backend=self.sandbox, image=self.sandbox_image, network=self.sandbox_network,

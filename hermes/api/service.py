@@ -16,7 +16,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from hermes.agent import AgentEvents, AgentRun, compose_system_prompt
 from hermes.api.errors import ApiError
@@ -25,6 +25,7 @@ from hermes.conversation import converse, tool_context
 from hermes.model import ModelClient
 from hermes.sandbox import SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.base import LABEL_PROMPT, LABEL_RUN
+from hermes.sandbox.lazy import LazySandbox
 from hermes.settings import AgentSettings
 from hermes.tools import SharedResources, env_secret, openai_schemas, tools_for, usable_toolsets
 
@@ -48,16 +49,66 @@ class AgentRequest:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
+class Halt:
+    """What stopping a run ends: the flag the agent checks at its safe points, and the command
+    running in its sandbox right now. Closing the sandbox kills that command (the container is
+    removed, a local sandbox's process groups are killed), so a stop never waits out a long
+    command; the run's thread waits for that close before it returns."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._box: LazySandbox | None = None
+        self._closer: threading.Thread | None = None
+
+    def attach(self, box: LazySandbox) -> None:
+        with self._lock:
+            self._box = box
+
+    def set(self) -> None:
+        with self._lock:
+            if self.event.is_set():
+                return
+            self.event.set()
+            if self._box is not None:  # on a thread of its own: removing a container blocks
+                self._closer = threading.Thread(target=self._box.close, name="hermes-api-stop", daemon=True)
+                self._closer.start()
+
+    def join(self) -> None:
+        with self._lock:
+            closer = self._closer
+        if closer is not None:
+            closer.join()
+
+
 @dataclass(eq=False)
 class Work:
     """One agent run in flight. `future` resolves to the AgentRun once the thread returned."""
 
     request: AgentRequest
-    cancel: threading.Event
+    halt: Halt
     future: asyncio.Future
 
+    @property
+    def cancel(self) -> threading.Event:
+        return self.halt.event
+
     def stop(self) -> None:
-        self.cancel.set()
+        self.halt.set()
+
+
+class ClientLeft(ApiError):
+    """The client hung up before its answer was ready (nginx's 499; nobody reads this answer)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "the client closed the request before it was answered", "client_closed_request")
+
+
+async def hung_up(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    """Returns once the client has gone: called after the body was read, the next ASGI message
+    of a request is its http.disconnect."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class AgentService:
@@ -89,36 +140,48 @@ class AgentService:
                            "runs; retry later", "too_many_runs", headers={"Retry-After": str(self.settings.retry_after)})
         loop = asyncio.get_running_loop()
         emit = (lambda ev: loop.call_soon_threadsafe(on_event, ev)) if on_event else None
-        cancel = threading.Event()
-        future = loop.run_in_executor(self.executor, self._run, request, emit, stream_model, cancel)
-        work = Work(request, cancel, future)
+        halt = Halt()
+        future = loop.run_in_executor(self.executor, self._run, request, emit, stream_model, halt)
+        work = Work(request, halt, future)
         self.active.add(work)
         future.add_done_callback(lambda _: self.active.discard(work))
         return work
 
     def _run(self, request: AgentRequest, emit: Callable[[Event], None] | None, stream_model: bool,
-             cancel: threading.Event) -> AgentRun:
+             halt: Halt) -> AgentRun:
         events = _events(emit, stream_model) if emit else None
         spec = SandboxSpec(image=self.sandbox.image,
                            labels={LABEL_RUN: self.label, LABEL_PROMPT: request.id, API_LABEL: "1"})
         context = tool_context(self.agent_settings, api_key=self.client.client.api_key, shared=self.shared,
                                key=request.id)
-        return converse(self.client, request.messages, self.offered, spec, self.backend, context=context,
-                        max_turns=self.settings.max_turns,
-                        system_prompt=compose_system_prompt(request.instructions), events=events, cancel=cancel).run
+        try:
+            return converse(self.client, request.messages, self.offered, spec, self.backend, context=context,
+                            max_turns=self.settings.max_turns, system_prompt=compose_system_prompt(request.instructions),
+                            events=events, cancel=halt.event, on_sandbox=halt.attach).run
+        finally:
+            halt.join()  # a stop's close of the sandbox: the run ends once its sandbox is gone
 
     def run_blocking(self, request: AgentRequest) -> AgentRun:
         """One run on the caller's own thread, outside the cap (a scheduled job's flow run)."""
-        return self._run(request, None, False, threading.Event())
+        return self._run(request, None, False, Halt())
 
-    async def wait(self, work: Work) -> AgentRun:
-        """The run's result. If the caller is cancelled (its client left), the run is asked to
-        stop; it keeps its place under the cap until its thread has really returned."""
+    async def wait(self, work: Work, client_left: Awaitable[None] | None = None) -> AgentRun:
+        """The run's result. If the client leaves (`client_left` returns, or the caller is
+        cancelled) the run is asked to stop and ClientLeft is raised; the run keeps its place
+        under the cap until its thread has really returned."""
+        left = asyncio.ensure_future(client_left) if client_left is not None else None
         try:
-            return await asyncio.shield(work.future)
+            done, _ = await asyncio.wait([work.future] + ([left] if left else []), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             work.stop()
             raise
+        finally:
+            if left is not None:
+                left.cancel()
+        if work.future in done:
+            return work.future.result()
+        work.stop()
+        raise ClientLeft()
 
     # -- life ------------------------------------------------------------------
 

@@ -19,6 +19,10 @@ from typing import Any
 # Toolsets: importing a module registers it. Keep this the only list of them.
 from hermes.tools import terminal as _terminal  # noqa: F401
 from hermes.tools import files as _files  # noqa: F401
+from hermes.tools import web as _web  # noqa: F401
+from hermes.tools import vision as _vision  # noqa: F401 - before browser, whose browser_vision uses it
+from hermes.tools import browser as _browser  # noqa: F401
+from hermes.tools import image_gen as _image_gen  # noqa: F401
 
 from hermes.tools.registry import load_plugins
 
@@ -79,7 +83,9 @@ def run_tool(name: str, arguments: str | dict | None, ctx: Any, call_id: str = "
     """Run one model tool call. Always returns a JSON string; never raises."""
     try:
         tool = get_tool(name)
-        if tool is None:
+        offered = ctx.offered if isinstance(ctx, ToolContext) else None
+        if tool is None or (offered is not None and name not in offered):
+            # A registered tool the conversation was not offered is as unknown to it as an invented one.
             return error(f"Unknown tool: {name}")
         if isinstance(arguments, dict):
             args: Any = arguments

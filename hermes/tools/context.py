@@ -113,6 +113,8 @@ class ToolContext:
     prompt_state: dict[str, Any] = field(default_factory=dict)
     aux_usage: dict[str, dict[str, int]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    #: the tools this conversation was offered (None: any registered tool); a call to another is refused
+    offered: frozenset[str] | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -1,0 +1,95 @@
+"""schemathesis against the running API server's own OpenAPI document, with every check it has
+(`--checks all`): no 5xx, no answer that breaks the document, no body the document calls
+valid refused or one it calls invalid accepted. Bounded in examples and time to stay fast; a
+full-size run is a command away (see bench/ or the README's API section):
+
+    st run http://127.0.0.1:8642/openapi.json -H 'Authorization: Bearer KEY' --checks all
+
+The agent has no tools here: each fuzzed request is a model call to the scripted server, not
+a container (the tools' own tests cover those), so thousands of requests fit in seconds.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hermes.api import create_app
+from hermes.api.server import ServerThread
+from mockllm import MockLLM
+from tests.helpers import free_port, until
+from tests.prefect_server import running_prefect_server
+from tests.test_api_server import KEY, settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def schemathesis(url: str, report: Path, *args: str, timeout: float) -> tuple[int, str]:
+    cmd = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()", "run",
+           f"{url}/openapi.json", "-H", f"Authorization: Bearer {KEY}", "--checks", "all",
+           "--seed", "1601", "--no-color", "--report", "junit", "--report-junit-path", str(report), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=report.parent)
+    return out.returncode, out.stdout + out.stderr
+
+
+def cases(output: str) -> int:
+    found = re.search(r"(\d+) generated", output)
+    assert found, output[-3000:]
+    return int(found.group(1))
+
+
+@pytest.mark.docker
+def test_every_endpoint_but_jobs_holds_to_its_openapi_document(sandbox_image, tmp_path):
+    with MockLLM() as mock:
+        app = create_app(settings(mock, tmp_path, toolsets=[], max_turns=2, max_concurrent_runs=32,
+                                  upstream_max_retries=0))
+        with ServerThread(app) as srv:
+            code, output = schemathesis(srv.url, tmp_path / "junit.xml", "--exclude-path-regex", "^/api/jobs",
+                                        "--max-examples", "8", "--max-time", "30", timeout=240)
+            # the server is still well: nothing it was sent broke it
+            assert httpx.get(f"{srv.url}/health").status_code == 200
+    assert code == 0, output[-6000:]
+    assert cases(output) > 200
+    assert "14/" in output  # every operation outside /api/jobs was selected and tested
+
+
+@pytest.mark.prefect
+@pytest.mark.docker
+def test_the_prefect_backed_jobs_api_holds_to_its_openapi_document(sandbox_image, tmp_path):
+    with running_prefect_server(tmp_path / "prefect") as prefect, MockLLM() as mock:
+        port = free_port()
+        env = {**prefect.env, "API_SERVER_KEY": KEY, "API_SERVER_PORT": str(port), "HERMES_HOME": str(tmp_path),
+               "HERMES_BASE_URL": mock.base_url, "HERMES_MODEL": "mock-upstream", "PYTHONPATH": str(REPO)}
+        log = tmp_path / "serve.log"
+        with open(log, "wb") as out:  # no worker: jobs are made, changed, run (as flow runs) and deleted
+            proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--log-level", "warning"], cwd=REPO,
+                                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up() -> bool:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                try:
+                    return httpx.get(url + "/health/detailed", headers={"Authorization": f"Bearer {KEY}"},
+                                     timeout=5).json()["readiness"]["checks"]["jobs"]["status"] == "ok"
+                except httpx.HTTPError:
+                    return False
+
+            until(up, "hermes-batch serve with its jobs backend", timeout=180)
+            code, output = schemathesis(url, tmp_path / "junit.xml", "--include-path-regex", "^/api/jobs",
+                                        "--max-examples", "6", "--max-time", "120", timeout=420)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert code == 0, output[-6000:]
+    assert cases(output) > 20
+    assert "Exception in ASGI application" not in log.read_text()
