@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from hermes import journal, remote, rundir
+from hermes import journal, rundir, workerfiles
 from hermes.dataset import DatasetError, read_dataset
 from hermes.entry import Status
 from hermes.run_index import COLUMNS, load_dataset
@@ -75,7 +75,7 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "owed": None,
         # Dask workers whose last word was prompts in flight: each may have left that many
         # containers on its host (alive None: another host's process, liveness unknown here).
-        "containers_maybe_left": remote.left_behind(run_path),
+        "containers_maybe_left": workerfiles.left_behind(run_path),
     }
     settings = manifest.get("settings") or {}
     dataset = manifest.get("dataset_file")

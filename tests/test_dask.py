@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes import journal, remote
+from hermes import journal, remote, workerfiles
 from hermes.dataset import load_rows
 from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
@@ -186,17 +186,17 @@ def test_a_rerun_batch_skips_journalled_prompts_and_seals_a_torn_line(tmp_path):
 
 def test_status_names_the_host_a_dead_worker_may_have_left_containers_on(tmp_path):
     run_dir = tmp_path / "data" / "left"
-    (run_dir / remote.WORKERS_DIR).mkdir(parents=True)
+    (run_dir / workerfiles.WORKERS_DIR).mkdir(parents=True)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     host = socket.gethostname()
     # dead with 2 in flight; alive with none; dead, but its run made no containers
     for name, pid, n, sandboxed in (("a", gone.pid, 2, True), ("b", os.getpid(), 0, True), ("c", gone.pid, 3, False)):
-        (run_dir / remote.WORKERS_DIR / f"{name}.json").write_text(json.dumps(
+        (run_dir / workerfiles.WORKERS_DIR / f"{name}.json").write_text(json.dumps(
             {"worker": f"{host}:{pid}", "host": host, "pid": pid, "in_flight": n, "sandboxed": sandboxed}))
     s = run_status(run_dir)
     assert [(w["host"], w["pid"], w["in_flight"], w["alive"]) for w in s["containers_maybe_left"]] == \
         [(host, gone.pid, 2, False)]
     assert f"containers may be left: 2 on host {host}" in format_status(s)
-    remote.forget_dead_workers(run_dir)  # what that host's next start of the run does after its clean-up
+    workerfiles.forget_dead_workers(run_dir)  # what that host's next start of the run does after its clean-up
     assert run_status(run_dir)["containers_maybe_left"] == []
