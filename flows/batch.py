@@ -17,22 +17,21 @@ from hermes import orchestration, rundir
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import started_in_this_flow_run
+from tasks.run import api_key_from_secret, load_tool_secrets
 from tasks.report import TooManyFailedPrompts, check_failed_share  # noqa: F401  (re-exported)
 from tasks.steps import PrefectSteps
 
 
-def task_runner(num_workers: int) -> TaskRunner:
-    """Where batch tasks run: threads of the flow-run process, num_workers batches at once at most."""
-    return ThreadPoolTaskRunner(max_workers=num_workers)
+def task_runner(settings: RunSettings) -> TaskRunner:
+    """Where batch tasks run. Without a Dask address: threads of the flow-run process,
+    num_workers batches at once at most. With one: that Dask cluster's workers (prefect-dask),
+    as many batches at once as the cluster has worker threads; num_workers then bounds the
+    prompts in flight in each worker process (hermes/remote.py)."""
+    if settings.dask_address:
+        from prefect_dask import DaskTaskRunner
 
-
-def _api_key(secret_name: str | None) -> str | None:
-    """The model API key from a Prefect Secret block, when named; else hermes reads the environment."""
-    if not secret_name:
-        return None
-    from prefect.blocks.system import Secret
-
-    return str(Secret.load(secret_name).get())
+        return DaskTaskRunner(address=settings.dask_address)
+    return ThreadPoolTaskRunner(max_workers=settings.num_workers)
 
 
 def _stamp() -> str:
@@ -68,19 +67,6 @@ def _this_runs_settings(settings: RunSettings, stamp_run_name: bool | None) -> R
     return settings
 
 
-def _load_tool_secrets(tool_secrets: dict[str, str] | None) -> None:
-    """Toolsets' keys (TAVILY_API_KEY, FAL_KEY...) from Prefect Secret blocks, into this process's
-    environment, where the toolsets read them; never into parameters, which Prefect stores."""
-    if not tool_secrets:
-        return
-    import os
-
-    from prefect.blocks.system import Secret
-
-    for variable, block in tool_secrets.items():
-        os.environ[variable] = str(Secret.load(block).get())
-
-
 @flow(name="batch-run", flow_run_name=_flow_run_name)
 def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key_secret: str | None = None,
               tool_secrets: dict[str, str] | None = None) -> dict:
@@ -97,8 +83,18 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
         tool_secrets: toolsets' keys from Prefect Secret blocks, as environment variable -> block
             name (e.g. {"TAVILY_API_KEY": "tavily-key"}); unset ones come from the worker's environment
     """
-    _load_tool_secrets(tool_secrets)
+    load_tool_secrets(tool_secrets)
     settings = _this_runs_settings(settings, stamp_run_name)
     link = PrefectLink.of_this_flow_run()
     with link.finish_without_it(lambda: rundir.run_dir(settings)):
-        return orchestration.run(settings, PrefectSteps(task_runner, link), api_key=_api_key(api_key_secret))
+        steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret, tool_secrets=tool_secrets)
+        return orchestration.run(settings, steps, api_key=api_key_from_secret(api_key_secret))
+
+
+if __name__ != "flows.batch":
+    # Loaded by file path (a deployment's entrypoint flows/batch.py:batch_run), this module has a
+    # name no other process can import, and the flow travels with each task to Dask workers by
+    # that name. Hand out the installed module's flow instead: workers import flows.batch.
+    import importlib
+
+    batch_run = importlib.import_module("flows.batch").batch_run  # noqa: F811

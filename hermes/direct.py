@@ -3,6 +3,8 @@
 The same orchestration as the Prefect flow (hermes/orchestration.py) with its default steps:
 no Prefect server to boot or reach, no flow/task-run records, no artifacts; the journal,
 index, checkpoint and outputs are identical, so a run started one way resumes the other way.
+A Dask address (--dask_address, $HERMES_DASK_ADDRESS) is refused, not ignored: this engine
+runs every batch in this process (orchestration.Steps.check says so before anything starts).
 """
 from __future__ import annotations
 

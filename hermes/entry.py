@@ -62,6 +62,8 @@ class HermesBlock(BaseModel):
     attempt: int = 1
     #: this failed attempt was put back in the queue: the prompt's outcome is a later line
     requeued: bool = False
+    #: which process ran it, host:pid (a Dask worker's process, or the flow's own)
+    worker: str | None = None
 
 
 class Reward(BaseModel):

@@ -60,6 +60,26 @@ def append(path: Path, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def seal(path: Path) -> None:
+    """End a torn last line (a writer killed mid-line) with a newline before appending after it.
+
+    Readers skip the sealed fragment as an unreadable line; without this, the next append would
+    be glued to it and lost with it. Only the one writer of a batch file at a time calls this.
+    """
+    try:
+        with open(path, "rb+") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+    except FileNotFoundError:
+        pass
+
+
 def encode(entry: dict[str, Any]) -> bytes:
     """One journal line: the entry's keys in its own order (hermes.entry.JournalEntry.record()
     keeps the order hermes.run_index slices lines by), UTF-8 as is, one newline."""

@@ -9,6 +9,10 @@ defaults are plain calls on a thread pool (the direct engine, hermes/direct.py);
 flow (flows/batch.py, tasks/steps.py) gives tasks, its task runner, progress artifacts and a
 way on when its API goes away. A run started one way resumes the other way: the journal,
 index, checkpoint and outputs are the same. Nothing here imports Prefect.
+
+With settings.dask_address the batches run on a Dask cluster's workers (hermes/remote.py):
+they get plain data, not this process's run context, and progress is counted from the
+journal as it lands (progress.JournalTail) instead of from callbacks in this process.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from hermes import merge, runner
 from hermes.outcome import check_failed_share
-from hermes.progress import ProgressLine
+from hermes.progress import JournalTail, ProgressLine
+from hermes.rundir import RunRefused
 from hermes.session import Batch, RunSession
 from hermes.settings import RunSettings
 
@@ -37,6 +42,14 @@ Submit = Callable[[Batch, runner.RunContext], BatchFuture]
 class Steps:
     """How the steps of a run are carried out. These defaults run them in this process, on threads."""
 
+    def check(self, settings: RunSettings) -> None:
+        """Refuse, before anything starts, what these steps cannot carry out."""
+        if settings.dask_address:
+            raise RunRefused(
+                f"--engine direct runs every batch in this process and cannot use a Dask cluster "
+                f"(dask_address {settings.dask_address}, from --dask_address or $HERMES_DASK_ADDRESS): "
+                f"run with the Prefect engine, or unset the address")
+
     def plan(self, session: RunSession) -> list[Batch]:
         return session.plan()
 
@@ -45,9 +58,9 @@ class Steps:
         return ProgressLine(total).prompt_done
 
     @contextlib.contextmanager
-    def fan_out(self, num_workers: int) -> Iterator[Submit]:
+    def fan_out(self, settings: RunSettings) -> Iterator[Submit]:
         # num_workers batches at once at most; the run's limiter bounds prompts in flight across them.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="batch") as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="batch") as pool:
             yield lambda batch, ctx: pool.submit(runner.run_batch, batch.num, batch.rows, ctx)
 
     def as_completed(self, futures: Iterable[BatchFuture]) -> Iterator[BatchFuture]:
@@ -66,16 +79,26 @@ def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | Non
     Raises RunRefused (before anything ran) or TooManyFailedPrompts (after the outputs were written).
     """
     steps = steps or Steps()
+    steps.check(settings)
     session = RunSession.open(settings, api_key=api_key)
+    tail = None
     try:
         batches = steps.plan(session)
-        session.ctx.on_prompt_done = steps.progress(settings.run_name, sum(len(b.rows) for b in batches))
-        with steps.fan_out(settings.num_workers) as submit:
+        on_done = steps.progress(settings.run_name, sum(len(b.rows) for b in batches))
+        if settings.dask_address:  # prompts finish in other processes: count them from the journal
+            tail = JournalTail(session.path, [b.num for b in batches], on_done).start()
+        else:
+            session.ctx.on_prompt_done = on_done
+        with steps.fan_out(settings) as submit:
             futures = {submit(b, session.ctx): b for b in batches}
             for future in steps.as_completed(futures):
                 steps.record(session, futures[future])  # index it as soon as it lands, whatever else fails
+                if tail:
+                    tail.finish(futures[future].num)
                 future.result()
     finally:
+        if tail:
+            tail.stop()
         session.close()
     stats = steps.merge(session.path, settings.max_failed_share)
     check_failed_share(stats, settings.max_failed_share, session.path)

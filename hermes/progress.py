@@ -1,11 +1,13 @@
 """A run's progress line in the terminal: a bar, prompts finished of owed, counts by outcome."""
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 
 class ProgressLine:
@@ -51,3 +53,75 @@ class ProgressLine:
             # The reader of our stderr is gone (a killed Prefect worker, a closed terminal): the run
             # goes on, its progress is in the journal; a progress line must never fail a prompt.
             self._terminal_gone = True
+
+
+class JournalTail:
+    """Progress of prompts that finish in other processes (Dask workers): new complete lines of
+    the run's batch files, polled, each fed to `on_entry` as {"hermes": its block}.
+
+    The journal is the one record every worker writes anyway, on storage the flow's process
+    reads; a line is counted once it is whole (a torn line, later sealed, is unreadable and
+    skipped). A poll is one directory listing plus a read of each file that grew: thousands of
+    batches still owed cost no open() each on shared storage. A landed batch is read to its end
+    and dropped (finish).
+    """
+
+    def __init__(self, run_dir: Path, batch_nums: list[int], on_entry: Callable[[dict[str, Any]], None],
+                 *, interval: float = 0.5):
+        self.run_dir = run_dir
+        self.on_entry = on_entry
+        self.interval = interval
+        self._offsets = {f"batch_{n}.jsonl": 0 for n in batch_nums}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="journal-tail", daemon=True)
+
+    def start(self) -> "JournalTail":
+        self._thread.start()
+        return self
+
+    def finish(self, batch_num: int) -> None:
+        """The batch landed: count what is left of it, then stop looking at it."""
+        with self._lock:
+            name = f"batch_{batch_num}.jsonl"
+            if name in self._offsets:
+                self._read(name)
+                del self._offsets[name]
+
+    def stop(self) -> None:
+        """Stop polling, after one last look."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.poll()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def poll(self) -> None:
+        with self._lock:
+            try:
+                grown = [e.name for e in os.scandir(self.run_dir)
+                         if e.name in self._offsets and e.stat().st_size > self._offsets[e.name]]
+            except FileNotFoundError:
+                return
+            for name in grown:
+                self._read(name)
+
+    def _read(self, name: str) -> None:
+        from hermes.run_index import _outcome  # the index's own cheap decoder of a line's hermes block
+
+        offset = self._offsets[name]
+        try:
+            with open(self.run_dir / name, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._offsets[name] = offset + end
+        for raw in data[:end].splitlines(keepends=True):
+            block = _outcome(raw)
+            if block and block.get("status"):
+                self.on_entry({"hermes": block})

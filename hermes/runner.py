@@ -49,6 +49,8 @@ class RunContext:
     #: what tools share across the run's prompts (HTTP clients, a browser); closed with the run
     shared: SharedResources = field(default_factory=SharedResources)
     secret: Callable[[str], str | None] = env_secret
+    #: the process running the prompts, host:pid, recorded in each entry's hermes block
+    worker: str | None = None
 
     @classmethod
     def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
@@ -154,6 +156,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
             reasoning=reasoning_counts(messages),
             aux_usage=done.tools.aux_usage if done else {},
             files=done.tools.files if done else [],
+            worker=ctx.worker,
         ),
     )
     if error:

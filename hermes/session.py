@@ -15,6 +15,7 @@ from hermes import rundir
 from hermes.dataset import Dataset, Row, read_dataset
 from hermes.runner import RunContext
 from hermes.sandbox import SandboxRun, WeakerSandbox, get_backend
+from hermes.sandbox.lifecycle import owner_label
 from hermes.settings import RunSettings
 from hermes.run_index import RunIndex
 
@@ -57,12 +58,13 @@ class RunSession:
         lock.acquire()
         sandboxes = None
         try:
-            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key,
+            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key, worker=owner_label(),
                                     limiter=threading.BoundedSemaphore(settings.num_workers))
             # The backend's part of a run's start: what dead invocations left goes, limits are
             # checked, and from now on a signal removes the run's sandboxes first. A run none of
-            # whose toolsets needs a sandbox spends no container, not even a limit probe.
-            if ctx.uses_sandbox:
+            # whose toolsets needs a sandbox spends no container, not even a limit probe. On a Dask
+            # cluster each worker does this for its own machine (hermes.remote), not this process.
+            if ctx.uses_sandbox and not settings.dask_address:
                 try:
                     sandboxes = ctx.backend.open_run(settings.run_name)
                 except WeakerSandbox as e:

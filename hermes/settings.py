@@ -21,6 +21,7 @@ ToolsetSettings = toolset_settings_model()
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
+DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
 
 
 class AgentSettings(BaseModel):
@@ -79,7 +80,14 @@ class RunSettings(AgentSettings):
     run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key",
                           json_schema_extra={"pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})  # = _safe_run_name
     distribution: str = Field("default", description="toolset distribution to sample from")
-    num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run")
+    num_workers: int = Field(4, gt=0, description="prompts in flight across the whole run; with dask_address: "
+                                                  "prompts in flight in EACH Dask worker process (a cluster of W "
+                                                  "workers runs up to W x num_workers at once)")
+    dask_address: str | None = Field(
+        default_factory=lambda: os.environ.get(DASK_ADDRESS_ENV) or None,
+        description="Dask scheduler address (tcp://host:8786): batches run on that cluster's workers, each "
+                    "against its own machine's Docker engine; output_dir must be shared storage mounted at the "
+                    f"same path everywhere. Unset: threads of this process (default: ${DASK_ADDRESS_ENV})")
     resume: bool = Field(False, description="continue an existing run")
     verbose: bool = Field(False, description="detailed logs")
     max_samples: int | None = Field(None, gt=0, description="only the first N rows")
@@ -107,6 +115,16 @@ class RunSettings(AgentSettings):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
             raise ValueError("run_name must be letters, digits, '.', '_' or '-' (it names a folder)")
         return v
+
+    @field_validator("dask_address", mode="before")
+    @classmethod
+    def _dask_address(cls, v):
+        # An empty value (a form's blank field) means the environment's, as when the key is missing:
+        # the deployment's job variable HERMES_DASK_ADDRESS is the switch.
+        v = (v or os.environ.get(DASK_ADDRESS_ENV) or "").strip() if isinstance(v, str) or v is None else v
+        if v and not re.fullmatch(r"([a-z0-9+]+://)?[^\s/]+:\d+/?", v):
+            raise ValueError(f"expected a Dask scheduler address such as tcp://host:8786, not {v!r}")
+        return v or None
 
     @field_validator("distribution")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from hermes import journal, rundir
+from hermes import journal, rundir, workerfiles
 from hermes.failures import group
 from hermes.dataset import DatasetError, read_dataset
 from hermes.entry import Status
@@ -70,6 +70,9 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "failed_attempts": sum(n for n, _ in failed.values()),
         "failure_reasons": group(err for _, err in failed.values()),  # by kind, with an example each
         "owed": None,
+        # Dask workers whose last word was prompts in flight: each may have left that many
+        # containers on its host (alive None: another host's process, liveness unknown here).
+        "containers_maybe_left": workerfiles.left_behind(run_path),
     }
     settings = manifest.get("settings") or {}
     dataset = manifest.get("dataset_file")
@@ -105,6 +108,13 @@ def format_status(s: dict[str, Any]) -> str:
     ]
     for kind, g in s["failure_reasons"].items():
         lines.append(f"    {g['count']:>5} × {kind}  (e.g. {g['example'][:160]})")
+    for w in s.get("containers_maybe_left") or []:
+        if w["alive"] is True:
+            state = "its worker is still running"
+        else:
+            state = "its worker is gone" if w["alive"] is False else "its worker on another host may be gone"
+        lines.append(f"  containers may be left: {w['in_flight']} on host {w['host']} (worker pid {w['pid']}, {state}; "
+                     f"that host's next start of this run or `hermes-batch sandbox cleanup` there removes them)")
     if s.get("dataset_problem"):
         lines.append(f"  dataset problem: {s['dataset_problem']}")
     return "\n".join(lines)

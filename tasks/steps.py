@@ -17,18 +17,26 @@ from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 
 from hermes import merge, orchestration
+from hermes.remote import RunOrder
 from hermes.session import Batch, RunSession
+from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import RunProgress
 from tasks.report import publish
-from tasks.run import merge_run, plan, record, run_batch
+from tasks.run import merge_run, plan, record, run_batch, run_batch_on_worker
 
 
 class PrefectSteps(orchestration.Steps):
-    def __init__(self, task_runner: Callable[[int], TaskRunner], link: PrefectLink):
-        self.task_runner = task_runner  # num_workers -> the runner batch tasks go to
+    def __init__(self, task_runner: Callable[[RunSettings], TaskRunner], link: PrefectLink,
+                 api_key_secret: str | None = None, tool_secrets: dict[str, str] | None = None):
+        self.task_runner = task_runner  # the run's settings -> the runner batch tasks go to
         self.link = link
+        self.api_key_secret = api_key_secret  # a Dask worker resolves it itself
+        self.tool_secrets = tool_secrets  # block names, likewise
         self._progress: RunProgress | None = None
+
+    def check(self, settings: RunSettings) -> None:
+        pass  # threads of the flow's process, or a Dask cluster (task_runner chooses)
 
     def plan(self, session: RunSession) -> list[Batch]:
         return plan(quote(session))
@@ -38,9 +46,21 @@ class PrefectSteps(orchestration.Steps):
         return self._progress.prompt_done
 
     @contextlib.contextmanager
-    def fan_out(self, num_workers: int) -> Iterator[orchestration.Submit]:
-        with self.task_runner(num_workers) as pool:
-            yield lambda batch, ctx: pool.submit(run_batch, {"batch": batch, "ctx": quote(ctx)})
+    def fan_out(self, settings: RunSettings) -> Iterator[orchestration.Submit]:
+        with self.task_runner(settings) as pool:
+            if not settings.dask_address:
+                yield lambda batch, ctx: pool.submit(run_batch, {"batch": batch, "ctx": quote(ctx)})
+                return
+            orders: dict[str, RunOrder] = {}
+
+            def on_worker(batch: Batch, ctx) -> Any:
+                # Plain data crosses to the worker, the same order for every batch of the run
+                # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
+                order = orders.get("run") or orders.setdefault("run", RunOrder.of(ctx))
+                return pool.submit(run_batch_on_worker, {"batch": batch, "order": order,
+                                                         "api_key_secret": self.api_key_secret,
+                                                         "tool_secrets": self.tool_secrets})
+            yield on_worker
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
         return as_completed(list(futures))

@@ -47,7 +47,8 @@ def the_runners_dict(e: JournalEntry) -> dict:
             "hermes": {"key": h.key, "status": h.status.value, "error": h.error, "usage": h.usage,
                        "elapsed": h.elapsed, "sandbox_wait": h.sandbox_wait,
                        "hallucinated_tools": h.hallucinated_tools, "reasoning": h.reasoning,
-                       "aux_usage": h.aux_usage, "files": h.files, "attempt": h.attempt, "requeued": h.requeued}}
+                       "aux_usage": h.aux_usage, "files": h.files, "attempt": h.attempt, "requeued": h.requeued,
+                       "worker": h.worker}}
 
 
 def test_the_line_is_the_bytes_the_runner_always_wrote():

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from hermes import journal
 from hermes.rundir import RunLock
 from tests.conftest import containers_of
 from tests.prefect_server import PrefectServer, running_prefect_server
@@ -165,7 +166,7 @@ def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
                    keys=keys)
         st.prefect("work-pool", "create", POOL, "--type", "process")
         deployed = st.prefect("--no-prompt", "deploy", "--all")
-        for name in ("batch-run/batch-run", "merge-run/merge-run", "batch-run/nightly-eval"):
+        for name in ("batch-run/batch-run", "merge-run/merge-run", "batch-run/nightly-eval", "batch-run/dask"):
             assert f"Deployment '{name}' successfully created" in deployed.stdout, deployed.stdout[-3000:]
         created = st.prefect("automation", "create", "--from-file", "deployments/prefect/automations.yaml")
         assert "hermes-batch-crash-silent-runs" in created.stdout, created.stdout
@@ -281,6 +282,33 @@ def test_batch_run_deployment_through_a_worker(stack, tmp_path, docker_engine):
     assert merged.name == "merge-deployed"
     assert len(read_jsonl(out / "trajectories.jsonl")) == 7
     assert "summary" in stack.artifacts(merge_id)
+
+
+def test_the_dask_deployment_runs_the_batches_on_the_cluster_its_job_variable_names(stack, tmp_path):
+    import distributed
+
+    with stack.client() as client:
+        dask = client.read_deployment_by_name("batch-run/dask")
+    assert dask.job_variables["env"]["HERMES_DASK_ADDRESS"].startswith("tcp://")
+    prompts = [f"on dask {i} " + script({"reasoning": "r", "content": f"a {i}"}) for i in range(6)]
+    settings = stack.settings(write_dataset(tmp_path / "dask.jsonl", [{"prompt": p} for p in prompts]), "deployed-dask",
+                              distribution="terminal_only", sandbox={"backend": "local"})
+    # The workers read the model key from their own environment: it never crosses from the flow.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  worker_dashboard_address=None, env={"HERMES_API_KEY": "from-dask-worker"}) as cluster:
+        stack.keys.authorizations.clear()
+        env = {"PREFECT_LOGGING_EXTRA_LOGGERS": "hermes", "HERMES_DASK_ADDRESS": cluster.scheduler_address}
+        run = stack.wait_final(stack.run_deployment("batch-run/dask", "--params", json.dumps({"settings": settings}),
+                                                    "--job-variable", f"env={json.dumps(env)}"))
+        with distributed.Client(cluster.scheduler_address) as dask_client:
+            pids = set(dask_client.run(os.getpid).values())
+    assert run.state.type.value == "COMPLETED", run.state.message
+    out = stack.data / "deployed-dask"
+    assert sorted(e["conversations"][1]["value"] for e in read_jsonl(out / "trajectories.jsonl")) == sorted(prompts)
+    ran_in = {int(e["hermes"]["worker"].rpartition(":")[2]) for _, p in journal.batch_files(out) for e in journal.read(p)}
+    assert ran_in <= pids  # every prompt ran in a worker of the cluster, none in the flow-run process
+    assert set(stack.keys.authorizations) == {"Bearer from-dask-worker"}
+    assert float(stack.artifacts(run.id)["progress"].data) == 100.0
 
 
 def test_run_fails_clearly_when_too_many_prompts_fail(stack, tmp_path, docker_engine):

@@ -168,11 +168,12 @@ def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_har
     environment in the flow-run process and is never a flow parameter Prefect stores."""
     from prefect.blocks.system import Secret
 
-    from flows.batch import _load_tool_secrets, batch_run
+    from flows.batch import batch_run
+    from tasks.run import load_tool_secrets  # the flow's process and each Dask worker call it
 
     Secret(value="tv-123-secret").save("tavily-key-test", overwrite=True)
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    _load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
+    load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
     assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
     monkeypatch.delenv("TAVILY_API_KEY")
     assert "tool_secrets" in batch_run.parameters.model_dump()["properties"]  # a form field naming blocks
