@@ -39,6 +39,8 @@ _PREFIXES: tuple[tuple[str, str, bool], ...] = (
     ("cannot start a container", "sandbox setup failed", False),
     ("sandbox container", "sandbox lost", False),
     ("sandbox command channel", "sandbox lost", False),
+    ("setup command", "row setup failed", False),           # the row's own setup (hermes.task): its output says why
+    ("the prompt did not finish within its time limit", "prompt deadline", False),  # --prompt_timeout
 )
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")
 

@@ -24,6 +24,10 @@ API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
 DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
 
 
+#: a Dask scheduler address: tcp://host:8786, host:8786, tls://host:8786
+DASK_ADDRESS_PATTERN = r"([a-z0-9+]+://)?[^\s/]+:\d+/?"
+
+
 class AgentSettings(BaseModel):
     """How one agent run talks to its model and where its tools run: shared by batch runs and chat."""
 
@@ -87,7 +91,8 @@ class RunSettings(AgentSettings):
         default_factory=lambda: os.environ.get(DASK_ADDRESS_ENV) or None,
         description="Dask scheduler address (tcp://host:8786): batches run on that cluster's workers, each "
                     "against its own machine's Docker engine; output_dir must be shared storage mounted at the "
-                    f"same path everywhere. Unset: threads of this process (default: ${DASK_ADDRESS_ENV})")
+                    f"same path everywhere. Unset: threads of this process (default: ${DASK_ADDRESS_ENV})",
+        json_schema_extra={"pattern": f"^({DASK_ADDRESS_PATTERN})?$"})
     resume: bool = Field(False, description="continue an existing run")
     verbose: bool = Field(False, description="detailed logs")
     max_samples: int | None = Field(None, gt=0, description="only the first N rows")
@@ -121,8 +126,10 @@ class RunSettings(AgentSettings):
     def _dask_address(cls, v):
         # An empty value (a form's blank field) means the environment's, as when the key is missing:
         # the deployment's job variable HERMES_DASK_ADDRESS is the switch.
-        v = (v or os.environ.get(DASK_ADDRESS_ENV) or "").strip() if isinstance(v, str) or v is None else v
-        if v and not re.fullmatch(r"([a-z0-9+]+://)?[^\s/]+:\d+/?", v):
+        if not (v is None or isinstance(v, str)):
+            return v  # not text: pydantic's own type check names the field
+        v = (v or os.environ.get(DASK_ADDRESS_ENV) or "").strip()
+        if v and not re.fullmatch(DASK_ADDRESS_PATTERN, v):
             raise ValueError(f"expected a Dask scheduler address such as tcp://host:8786, not {v!r}")
         return v or None
 

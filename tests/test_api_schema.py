@@ -82,7 +82,7 @@ def test_the_prefect_backed_jobs_api_holds_to_its_openapi_document(sandbox_image
 
             until(up, "hermes-batch serve with its jobs backend", timeout=180)
             code, output = schemathesis(url, tmp_path / "junit.xml", "--include-path-regex", "^/api/jobs",
-                                        "--max-examples", "6", "--max-time", "120", timeout=420)
+                                        "--max-examples", "4", "--max-time", "45", timeout=300)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

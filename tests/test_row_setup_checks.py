@@ -72,7 +72,7 @@ def test_setup_is_there_at_the_first_tool_call_and_a_failing_setup_fails_only_it
     assert error.startswith("setup command 2/2 failed (exit 3): echo the-reason-it-broke") and "the-reason-it-broke" in error
     assert entries["plain"]["hermes"]["status"] == "completed"
     assert stats["prompts_failed"] == 1 and stats["trajectories_written"] == 2
-    assert list(stats["failure_reasons"]) == [error.splitlines()[0]]
+    assert stats["failure_reasons"] == {"row setup failed": {"count": 1, "example": error}}
     assert containers_of(docker_engine, "setup") == []
 
 

@@ -173,7 +173,9 @@ def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_har
 
     Secret(value="tv-123-secret").save("tavily-key-test", overwrite=True)
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
-    assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
-    monkeypatch.delenv("TAVILY_API_KEY")
+    try:
+        load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
+        assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
+    finally:  # not monkeypatch: it would put the loaded key back at teardown, for every later test
+        os.environ.pop("TAVILY_API_KEY", None)
     assert "tool_secrets" in batch_run.parameters.model_dump()["properties"]  # a form field naming blocks
