@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mock-llm: {exc}", file=sys.stderr)
         return 2
     print(f"mock-llm listening on {base_url}", flush=True)
+    serve_until_stopped(llm.stop)
+    return 0
+
+
+def serve_until_stopped(stop) -> None:
+    """Block until SIGTERM or Ctrl-C, then call stop(): the mock servers' command lines."""
     stopping = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -59,6 +65,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        llm.stop()
-    return 0
-
+        stop()

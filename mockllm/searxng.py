@@ -23,7 +23,6 @@ import argparse
 import html
 import json
 import re
-import signal
 import sys
 import threading
 import time
@@ -204,15 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"searxng test server: {e}", file=sys.stderr)
         return 2
     print(f"SearXNG-compatible test server on {server.start()} ({len(server.pages.files)} pages)", flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    try:
-        while not stopping.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    from mockllm.cli import serve_until_stopped
+
+    serve_until_stopped(server.stop)
     return 0
 
 

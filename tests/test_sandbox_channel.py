@@ -15,6 +15,7 @@ import pytest
 from hermes.sandbox import cleanup, drain_removals, open_sandbox
 from hermes.sandbox.base import EngineTimeout, SandboxError, SandboxSettings, SandboxSpec
 from tests.conftest import containers_of
+from tests.helpers import within
 
 pytestmark = pytest.mark.docker
 RUN = f"pytest-chan-{uuid.uuid4().hex[:6]}"
@@ -54,26 +55,6 @@ def execs_of(client, cid: str, since: float) -> list[str]:
     events = client.api.events(since=int(since) - 1, until=int(time.time()) + 1, decode=True,
                                filters={"container": cid, "event": "exec_create"})
     return [e["Action"].split(":", 1)[1].strip() for e in events if e["timeNano"] >= since * 1e9]
-
-
-def within(seconds: float, fn, *args, **kw):
-    """fn(*args) on a thread; fail if it has not returned after `seconds` (a hang, not a speed check)."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args, **kw)
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        pytest.fail(f"{getattr(fn, '__name__', fn)}{args} did not return within {seconds}s: it hangs")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def gone(client, cid: str) -> bool:
