@@ -122,7 +122,8 @@ def run_agent(
 def _run_calls(calls: list[dict[str, Any]], tool_ctx: Any, stopped: Callable[[], bool],
                on_tool: Callable[[str, str], None] | None, ev: AgentEvents, max_parallel: int) -> list[str]:
     """Run one turn's tool calls; results in call order. Calls run concurrently (at most
-    `max_parallel` at once) in groups split at each tool that must run alone."""
+    `max_parallel` lanes at once) in groups split at each tool that must run alone; within a
+    group the calls that run in the sandbox form one lane, in call order."""
     results: list[str | None] = [None] * len(calls)
 
     def one(i: int) -> None:
@@ -139,16 +140,29 @@ def _run_calls(calls: list[dict[str, Any]], tool_ctx: Any, stopped: Callable[[],
         if ev.on_tool_end:
             ev.on_tool_end(call, results[i])
 
+    def in_turn(indices: list[int]) -> None:
+        for i in indices:
+            one(i)
+
     for group in _groups(calls):
-        if len(group) == 1 or max_parallel <= 1:
-            for i in group:
-                one(i)
+        # Calls in the sandbox take turns on its one command channel (side by side, each would cost
+        # the engine an exec of its own: slower at the engine's ceiling, measured); the others
+        # (web, vision, image, browser: in this process) run beside them and each other.
+        boxed = [i for i in group if _needs_sandbox(calls[i])]
+        lanes = ([boxed] if boxed else []) + [[i] for i in group if i not in boxed]
+        if len(lanes) == 1 or max_parallel <= 1:
+            in_turn(group)
             continue
-        # Each call runs in a copy of this thread's context, so logs still reach the prompt's run.
-        with ThreadPoolExecutor(max_workers=min(max_parallel, len(group)), thread_name_prefix="tool") as pool:
-            for f in [pool.submit(contextvars.copy_context().run, one, i) for i in group]:
+        # Each lane runs in a copy of this thread's context, so logs still reach the prompt's run.
+        with ThreadPoolExecutor(max_workers=min(max_parallel, len(lanes)), thread_name_prefix="tool") as pool:
+            for f in [pool.submit(contextvars.copy_context().run, in_turn, lane) for lane in lanes]:
                 f.result()
     return [r if r is not None else CANCELLED_RESULT for r in results]
+
+
+def _needs_sandbox(call: dict[str, Any]) -> bool:
+    tool = get_tool(call["function"]["name"])
+    return tool is None or bool(tool.needs_sandbox)  # unknown ones answer at once either way
 
 
 def _groups(calls: list[dict[str, Any]]) -> list[list[int]]:
