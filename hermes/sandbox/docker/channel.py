@@ -163,6 +163,12 @@ class Frames:
         return stream, payload
 
     def close(self) -> None:
+        # shutdown first: a close alone does not wake a thread blocked in recv() on this socket
+        # (a stop closing a sandbox mid-command must end that command's wait now)
+        try:
+            self.raw.shutdown(socket.SHUT_RDWR)
+        except Exception:  # noqa: BLE001 - already closed or never connected
+            pass
         for s in (self.raw, self.io):
             try:
                 s.close()
