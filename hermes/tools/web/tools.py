@@ -13,16 +13,15 @@ from typing import Any
 import httpx
 
 from hermes.netpolicy import UrlRefused
-from hermes.tools.registry import Tool, Toolset, register
 from hermes.tools.web.extract import EXTRACT_BACKENDS, ExtractCall, page
 from hermes.tools.web.http import BackendError, GuardedFetcher
 from hermes.tools.web.search import SEARCH_BACKENDS, SearchCall
-from hermes.tools.web.settings import WebSettings, chosen_extract, chosen_search, unavailable_reason
+from hermes.tools.web import DEFAULT_CHAR_LIMIT  # one value for the schema and the tool
+from hermes.tools.web.settings import WebSettings, chosen_extract, chosen_search
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT, MAX_LIMIT = 5, 100
-from hermes.tools.web import DEFAULT_CHAR_LIMIT  # noqa: E402  (one value for the schema and the tool)
 CACHE_DIR = "web_cache"
 
 
