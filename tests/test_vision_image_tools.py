@@ -86,11 +86,15 @@ def cli(tmp_path: Path, dataset: Path, run_name: str, base_url: str, *extra: str
     return done
 
 
-def prompts_drawing(tmp_path: Path, distribution: str, needs: set[str], count: int, stem: str) -> list[str]:
-    """`count` prompts (stem + a number) whose seeded draw from `distribution` includes `needs`."""
+def prompts_drawing(tmp_path: Path, distribution: str, needs: set[str], count: int, stem: str,
+                    tail: str = "") -> list[str]:
+    """`count` prompts (stem + a number + tail) whose seeded draw from `distribution` includes `needs`.
+
+    The draw is keyed by the whole prompt, so the tail (a script naming this run's ports) is part
+    of what is searched, not added afterwards."""
     out, i = [], 0
     while len(out) < count:
-        candidates = [f"{stem} {n}" for n in range(i, i + 50)]
+        candidates = [f"{stem} {n} {tail}".rstrip() for n in range(i, i + 50)]
         rows = load_rows(write_dataset(tmp_path / "probe.jsonl", [{"prompt": p} for p in candidates]))[0]
         out += [r.row.prompt for r in rows if needs <= set(sample(DISTRIBUTIONS[distribution], 0, r.key))]
         i += 50
@@ -321,8 +325,8 @@ def test_vision_analyze_on_allowlisted_urls_and_data_urls_through_the_cli(tmp_pa
         urls = [f"{files.url}/chart.png", f"{files.url}/moved", inline, f"{files.url}/notes.txt", f"{files.url}/big.png",
                 "data:image/png;base64,@@@"]
         calls = [{"name": "vision_analyze", "arguments": {"image_url": u, "question": "Describe it."}} for u in urls]
-        [stem] = prompts_drawing(tmp_path, "creative", {"vision"}, 1, "look at these")
-        prompt = stem + " " + script({"reasoning": "look", "tool_calls": calls}, {"reasoning": "ok", "content": "Seen."})
+        [prompt] = prompts_drawing(tmp_path, "creative", {"vision"}, 1, "look at these",
+                                   script({"reasoning": "look", "tool_calls": calls}, {"reasoning": "ok", "content": "Seen."}))
         cli(tmp_path, write_dataset(tmp_path / "d.jsonl", [{"prompt": prompt}]), "urls", mock.base_url,
             "--distribution=creative", "--web_allow_hosts=127.0.0.1", "--vision_max_image_bytes=100000")
         seen = list(files.seen)
