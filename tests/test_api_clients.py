@@ -133,10 +133,6 @@ def test_2_a_dropped_runs_event_stream_is_quiet_and_the_run_is_still_swept(mock,
 # --------------------------------------------------------------------------- 3. clients that leave
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky since the merge of the toolset, sandbox and throughput branches: passes alone and as a module "
-    "(5 of 5 runs), fails in full-suite runs (3 of 3): the agent is not seen to stop within 60 s. Open in "
-    "issue 16's follow-up; the stop path is hermes/api/service.py Halt -> converse(on_sandbox=...)"))
 def test_3_a_non_streaming_client_that_leaves_stops_its_agent(server, mock, docker_engine):
     mock.reset()
     impatient = sdk(server, timeout=8.0)
