@@ -112,12 +112,12 @@ def _kill(pid: int, grace: float = 20.0) -> None:
             os.killpg(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            if not _running(pid):
+            if not running(pid):
                 return
             time.sleep(0.1)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our child, so it does not linger as a zombie
     try:
