@@ -34,6 +34,8 @@ MODE_ENV = "HERMES_PREFECT_SERVER"  # background (default) | ephemeral
 TIMEOUT_ENV = "HERMES_PREFECT_SERVER_TIMEOUT"  # seconds a fresh server may take to answer
 STATE_FILE, LOCK_FILE, LOG_FILE = "hermes-server.json", "hermes-server.lock", "hermes-server.log"
 HOST = "127.0.0.1"  # never anything else: the server has no authentication
+_PASSED_ENV = {"PATH", "HOME", "USER", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SSL_CERT_FILE",
+               "SSL_CERT_DIR"}
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and the server binding it
 
 
@@ -143,7 +145,10 @@ def _startup_timeout() -> float:
 
 
 def _start(home: Path, timeout: float) -> ServerState:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    # Prefect's settings and the basics only: the server outlives this run and must not carry its
+    # API keys (HERMES_API_KEY, tools' keys) in its environment for days.
+    env = {k: v for k, v in os.environ.items()
+           if (k.startswith("PREFECT_") and k != "PREFECT_API_URL") or k in _PASSED_ENV or k.startswith("LC_")}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     log = home / LOG_FILE
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -110,10 +111,12 @@ def kill_9(pid: int) -> None:
 
 
 def test_the_first_run_starts_a_server_and_the_next_run_reuses_it(tmp_path, home, mock_llm):
-    out, _ = run_ok(tmp_path, home, "first", mock_llm.base_url)
+    key = f"sk-{secrets.token_hex(8)}"
+    out, _ = run_ok(tmp_path, home, "first", mock_llm.base_url, OPENAI_API_KEY=key)
     url, port = ui_of(out)
     state = recorded(home)
     assert (state.url, state.port) == (url, port) and servers_of(home) == [state.pid]
+    assert key.encode() not in Path(f"/proc/{state.pid}/environ").read_bytes()  # the server outlives the run
     assert flow_runs(url) == {"batch-first": "COMPLETED"}  # the run was a flow run on that server
 
     out, _ = run_ok(tmp_path, home, "second", mock_llm.base_url)
