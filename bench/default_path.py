@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="hermes-bench-default-path-"))
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    loads: list[float] = []
     try:
         dataset = write_dataset(scratch / "prompts.jsonl", a.prompts)
         with MockLLM() as mock:
@@ -84,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                     for variant in order:
                         took = one_run(variant, home, scratch, dataset, mock.base_url, f"{r}")
                         times[variant].append(took)
-                        print(f"repeat {r + 1}: {variant:<10} {took:6.2f} s", flush=True)
+                        load = os.getloadavg()[0]
+                        loads.append(load)
+                        print(f"repeat {r + 1}: {variant:<10} {took:6.2f} s  (load avg {load:.1f})", flush=True)
                 finally:
                     local_server.stop(home)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\nload average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
     print(f"\n| variant ({a.prompts} prompts, {a.repeats} repeats) | median s | min s | max s |\n|---|---|---|---|")
     for v in VARIANTS:
         t = times[v]

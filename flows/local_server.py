@@ -165,10 +165,13 @@ def _start(home: Path, timeout: float) -> ServerState:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         state = ServerState(url=f"http://{HOST}:{port}", pid=proc.pid, port=port, log_file=str(log),
                             started_at=datetime.now(timezone.utc))
+        # Recorded at once: a run interrupted while waiting leaves a server the next run finds, not an orphan.
+        _write_state(home, state)
         while proc.poll() is None and time.monotonic() < deadline:
             if healthy(state):
                 return state
             time.sleep(0.25)
+        (home / STATE_FILE).unlink(missing_ok=True)
         if proc.poll() is None:  # out of time: do not leave it behind
             _kill(proc.pid, grace=5)
             raise ServerUnavailable(f"no answer from a Prefect server on {state.url} in {timeout:g}s (log: {log})")
@@ -186,22 +189,21 @@ def ensure(home: Path | None = None) -> tuple[ServerState, bool]:
             return state, False
         if state is not None and is_ours(state):
             _kill(state.pid)  # ours, but hung: it would hold its port and memory for nothing
-        state = _start(home, _startup_timeout())
-        _write_state(home, state)
-        return state, True
+        return _start(home, _startup_timeout()), True
 
 
-def stop(home: Path | None = None) -> ServerState | None:
-    """Stop the recorded server (and its children) and forget it; None if nothing was recorded."""
+def stop(home: Path | None = None) -> tuple[ServerState | None, bool]:
+    """Stop the recorded server (and its children) and forget it: (what was recorded, whether it ran)."""
     home = home or prefect_home()
     if not (home / STATE_FILE).exists():
-        return None
+        return None, False
     with _locked(home):
         state = read_state(home)
-        if state is not None and is_ours(state):
+        ran = state is not None and is_ours(state)
+        if ran:
             _kill(state.pid)
         (home / STATE_FILE).unlink(missing_ok=True)
-        return state
+        return state, ran
 
 
 @contextlib.contextmanager
@@ -260,7 +262,9 @@ def main(argv: list[str]) -> int:
         print(f"Prefect UI: {state.url}\npid:        {state.pid}\nalive:      {'yes' if alive(state, tries=1) else 'no'}"
               f"\nstarted:    {state.started_at.isoformat(timespec='seconds')}\nlog:        {state.log_file}")
         return 0
-    state = stop(home)
-    print(f"stopped the Prefect server on {state.url} (pid {state.pid})" if state
-          else "no background Prefect server to stop")
+    state, ran = stop(home)
+    if state is None:
+        print("no background Prefect server to stop")
+    else:
+        print(f"{'stopped' if ran else 'forgot (it was not running)'} the Prefect server on {state.url} (pid {state.pid})")
     return 0
