@@ -205,3 +205,23 @@ def test_ctrl_c_ends_the_run_and_leaves_the_shared_server_running(tmp_path, home
     assert "interrupted: every finished prompt is saved" in err
     state = recorded(home)
     assert local_server.alive(state) and servers_of(home) == [state.pid]
+
+
+def test_a_run_interrupted_while_its_server_starts_leaves_no_unrecorded_server(tmp_path, home, mock_llm):
+    proc = start_run(tmp_path, home, "cut-short", mock_llm.base_url)
+    # Ctrl-C as soon as the server process exists, while the run still waits for it to answer
+    until(lambda: servers_of(home), "the run to start a server", timeout=300, every=0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert servers_of(home) in ([], [recorded(home).pid])  # any server left is one the next run finds
+
+    out, _ = run_ok(tmp_path, home, "next", mock_llm.base_url)
+    assert servers_of(home) == [recorded(home).pid] and ui_of(out)[1] == recorded(home).port
+
+
+def test_an_unknown_server_mode_is_refused(tmp_path, home, mock_llm):
+    proc = start_run(tmp_path, home, "bad-mode", mock_llm.base_url, HERMES_PREFECT_SERVER="sometimes")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, f"{out[-2000:]}\n{err[-2000:]}"
+    assert "error: HERMES_PREFECT_SERVER='sometimes': expected background or ephemeral" in err
+    assert servers_of(home) == []
