@@ -50,10 +50,17 @@ class ServerState(BaseModel):
     port: int
     log_file: str
     started_at: datetime
+    prefect_version: str = ""  # the Prefect it runs: after an upgrade, clients and server must agree
 
     @property
     def api_url(self) -> str:
         return self.url + "/api"
+
+
+def installed_prefect() -> str:
+    from importlib.metadata import version
+
+    return version("prefect")
 
 
 def prefect_home() -> Path:
@@ -164,7 +171,7 @@ def _start(home: Path, timeout: float) -> ServerState:
                                     cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         state = ServerState(url=f"http://{HOST}:{port}", pid=proc.pid, port=port, log_file=str(log),
-                            started_at=datetime.now(timezone.utc))
+                            started_at=datetime.now(timezone.utc), prefect_version=installed_prefect())
         # Recorded at once: a run interrupted while waiting leaves a server the next run finds, not an orphan.
         _write_state(home, state)
         while proc.poll() is None and time.monotonic() < deadline:
@@ -185,10 +192,11 @@ def ensure(home: Path | None = None) -> tuple[ServerState, bool]:
     home.mkdir(parents=True, exist_ok=True)
     with _locked(home):
         state = read_state(home)
-        if state is not None and alive(state):
+        current = state is not None and state.prefect_version == installed_prefect()
+        if current and alive(state):
             return state, False
         if state is not None and is_ours(state):
-            _kill(state.pid)  # ours, but hung: it would hold its port and memory for nothing
+            _kill(state.pid)  # ours, but hung or of another Prefect: it would hold its port and memory for nothing
         return _start(home, _startup_timeout()), True
 
 

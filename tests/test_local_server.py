@@ -225,3 +225,15 @@ def test_an_unknown_server_mode_is_refused(tmp_path, home, mock_llm):
     assert proc.returncode == 2, f"{out[-2000:]}\n{err[-2000:]}"
     assert "error: HERMES_PREFECT_SERVER='sometimes': expected background or ephemeral" in err
     assert servers_of(home) == []
+
+
+def test_a_server_of_another_prefect_version_is_replaced(tmp_path, home, mock_llm):
+    """After `pip install -U prefect` the recorded server still runs the old code: not reused."""
+    run_ok(tmp_path, home, "old", mock_llm.base_url)
+    old = recorded(home)
+    (home / local_server.STATE_FILE).write_text(old.model_copy(update={"prefect_version": "3.0.0"}).model_dump_json())
+
+    run_ok(tmp_path, home, "upgraded", mock_llm.base_url)
+    new = recorded(home)
+    assert new.pid != old.pid and new.prefect_version == local_server.installed_prefect()
+    assert servers_of(home) == [new.pid]  # the old one was stopped, not left behind
