@@ -96,7 +96,8 @@ def healthy(state: ServerState, timeout: float = 2.0) -> bool:
     import httpx
 
     try:
-        answer = httpx.get(state.api_url + "/health", timeout=timeout)
+        # trust_env=False: a check of our own loopback server never goes through a configured proxy
+        answer = httpx.get(state.api_url + "/health", timeout=timeout, trust_env=False)
         return answer.status_code == 200 and answer.json() is True
     except (httpx.HTTPError, ValueError):
         return False
