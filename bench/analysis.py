@@ -65,7 +65,7 @@ def _rates(label: str, m: dict, bar: float | None, bar_name: str) -> str:
 
 def _variants(f: dict) -> list[tuple[str, str, dict]]:
     """(results key, label, medians) of each variant of ours that ran in this workload."""
-    out = [("ours", "default (Prefect flow, embedded server)", f["ours"])]
+    out = [("ours", "default (Prefect flow, local background server)", f["ours"])]
     if f.get("has_srv"):
         out.append(("ours-server", "standing Prefect server", f["srv"]))
     if f.get("has_direct"):

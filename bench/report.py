@@ -43,7 +43,7 @@ def _others(run: dict) -> float | None:
     return max(0.0, (run["machine_busy"] - run["cpu"] - run.get("mock_cpu", 0) - run.get("engine_cpu", 0)) / run["wall"])
 
 
-VARIANTS = (("ours", "ours (default: Prefect flow, embedded server)"),
+VARIANTS = (("ours", "ours (default: Prefect flow, local background server)"),
             ("ours-server", "ours, standing Prefect server"),
             ("ours-direct", "ours, --engine direct (no Prefect)"))
 

@@ -38,7 +38,8 @@ REFERENCE_VERSION = "0.19.0"
 VENV = BENCH / ".venv-reference"
 BENCH_IMAGE = "hermes-bench-sandbox:latest"
 BASE_IMAGE = "hermes-sandbox:latest"
-#: the systems compared: "ours" as a user runs it by default (a Prefect flow on the embedded server),
+#: the systems compared: "ours" as a user runs it by default (a Prefect flow on the local background
+#: server of its PREFECT_HOME, which the first run of "ours", the warm-up, starts and the others reuse),
 #: "ours-server" with a standing `prefect server start` (PREFECT_API_URL), "ours-direct" with --engine direct
 SHORT = {"reference": "ref", "ours": "our", "ours-server": "srv", "ours-direct": "dir"}
 
@@ -526,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server:
             server.stop()
+        from flows.local_server import stop as stop_background_server
+
+        stop_background_server(scratch / "prefect-home")  # the default path's server ("ours"), if started
         if any(w in wanted for w in (2, 3)):
             remove_containers(REFERENCE_LABEL)
             remove_containers("hermes-bench")

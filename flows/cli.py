@@ -1,6 +1,7 @@
 """The `hermes-batch` command and the reference-compatible `batch_runner.py` flags.
 
-Prefect is configured for offline, embedded use before it is first imported.
+Prefect is configured for offline, local use before it is first imported; without PREFECT_API_URL
+a run uses the local background server of flows/local_server.py.
 """
 from __future__ import annotations
 
@@ -102,8 +103,11 @@ def run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--list_distributions", action="store_true", help="print the toolset distributions and exit")
     p.add_argument("--engine", choices=ENGINES, default=os.environ.get("HERMES_ENGINE") or "prefect",
                    help="prefect (default; env HERMES_ENGINE): a Prefect flow run, on the server PREFECT_API_URL "
-                        "names or else on Prefect's embedded server, booted for this run (seconds); direct: the same "
-                        "run without Prefect (no server, no flow-run records or artifacts; same outputs and resume)")
+                        "names, else on a local Prefect server kept in the background (started by the first run, "
+                        "reused by later ones; `hermes-batch server stop` ends it), or with "
+                        "HERMES_PREFECT_SERVER=ephemeral on Prefect's embedded server booted for this run "
+                        "(seconds); direct: the same run without Prefect (no server, no flow-run records or "
+                        "artifacts; same outputs and resume)")
     return p
 
 
@@ -155,9 +159,12 @@ def run_from_args(args: argparse.Namespace) -> int:
 
             stats = direct.run(settings)
         else:
-            from flows.batch import batch_run
+            from flows.local_server import for_this_run
 
-            stats = batch_run(settings=settings)
+            with for_this_run():  # before Prefect is imported: it reads PREFECT_API_URL once
+                from flows.batch import batch_run
+
+                stats = batch_run(settings=settings)
     except TooManyFailedPrompts as e:
         print(format_table(e.stats))
         print(f"error: {e}", file=sys.stderr)
@@ -176,8 +183,9 @@ def _exit_promptly_on_interrupt() -> None:
 
     Every finished prompt is already synced to its batch file and the run's containers are
     removed by the run's own handler (which runs first and then calls this one), so nothing is
-    lost by exiting now; waiting instead means minutes of Prefect retrying calls to its embedded
-    server, which the same Ctrl-C has stopped.
+    lost by exiting now; waiting instead means minutes of Prefect retrying calls to its ephemeral
+    server, which the same Ctrl-C has stopped. The background server (flows/local_server.py) is
+    no SubprocessASGIServer and runs in a session of its own: it is shared, and it stays.
     """
     import signal
 
@@ -266,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "list-distributions": "print the toolset distributions",
         "mock-llm": "serve the bundled scripted OpenAI-compatible model on loopback",
         "sandbox": "build the default sandbox image, or remove leftover containers",
-        "demo": "the whole job end to end on embedded defaults (bundled model server, Docker sandboxes)",
+        "demo": "the whole job end to end on local defaults (bundled model server, Docker sandboxes)",
+        "server": "start, show or stop the local Prefect server that runs use without PREFECT_API_URL",
         "status": "what a run has done, failed and still owes",
         "chat": "one agent run on one prompt, outside batches",
         "serve": "the OpenAI-compatible API server over the agent (127.0.0.1:8642)",
@@ -311,6 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "demo":
         from flows.demo import main as demo_main
         return demo_main(rest)
+    if command == "server":
+        from flows.local_server import main as server_main
+        return server_main(rest)
     if command == "serve":
         from flows.serve import main as serve_main
         return serve_main(rest)

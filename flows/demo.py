@@ -1,7 +1,8 @@
-"""`hermes-batch demo`: the main job end to end on embedded defaults.
+"""`hermes-batch demo`: the main job end to end on local defaults.
 
-Prefect's embedded server, a DuckDB file, Docker sandboxes (the default image is built
-offline when missing) and the bundled scripted model server on loopback.
+A local Prefect server (started in the background by the first run, reused later), a DuckDB
+file, Docker sandboxes (the default image is built offline when missing) and the bundled
+scripted model server on loopback.
 """
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Shared fixtures: the real parts every end-to-end test needs.
 
 - Prefect: one session-scoped test harness (a real embedded Prefect server and engine).
+- PREFECT_HOME: a folder of this session's own, inherited by every command the tests start, so
+  CLI runs on the default path share one background Prefect server (flows/local_server.py),
+  which the session stops at its end: a test run leaves no server behind.
 - Docker: the real engine; in CI (CI=true) a missing engine fails the tests, never skips them.
 - Under CI every skip, wherever it comes from (a fixture, a mark, importorskip), is reported as
   a failure: a suite that skipped what it could not run must not pass. .ci/run counts them.
@@ -12,10 +15,19 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from flows.cli import configure_prefect
+# Before Prefect is imported (it reads PREFECT_HOME once); never the user's own ~/.prefect.
+# Test modules also import this file as tests.conftest, a second module: both must name one folder.
+_SESSION_HOME_ENV = "HERMES_TEST_SESSION_PREFECT_HOME"
+SESSION_PREFECT_HOME = Path(os.environ.get(_SESSION_HOME_ENV) or tempfile.mkdtemp(prefix="hermes-test-prefect-home-"))
+os.environ[_SESSION_HOME_ENV] = os.environ["PREFECT_HOME"] = str(SESSION_PREFECT_HOME)
+
+from flows.cli import configure_prefect  # noqa: E402
 
 configure_prefect()
 
@@ -25,6 +37,14 @@ os.environ.setdefault(IMAGE_ENV, MINI_IMAGE)
 
 UNDER_CI = bool(os.environ.get("CI"))
 SKIPPED_UNDER_CI = "skipped under CI"  # .ci/run counts reports whose failure starts with this
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the background Prefect server the session's CLI runs started (if any), then forget its home."""
+    from flows import local_server
+
+    local_server.stop(SESSION_PREFECT_HOME)
+    shutil.rmtree(SESSION_PREFECT_HOME, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

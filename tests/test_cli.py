@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from flows import local_server
 from hermes import distributions
 from hermes.sandbox.base import IMAGE_ENV
 from hermes.settings import API_KEY_ENV_VARS
@@ -207,15 +208,18 @@ def test_the_api_key_order(tmp_path, llm, given, expected):
 
 
 def test_the_api_key_is_never_stored_in_prefect(tmp_path, llm):
-    """A Prefect run (its embedded server, its own database here) with --api_key: the key
-    reaches the model and appears nowhere in Prefect's home: database, logs, anything."""
+    """A Prefect run (the background server of its own PREFECT_HOME, its database there) with
+    --api_key: the key reaches the model and appears nowhere in Prefect's home: database, logs, anything."""
     key = f"sk-never-stored-{secrets.token_hex(8)}"
     home = tmp_path / "prefect-home"
     env = env_without_keys(PREFECT_HOME=str(home))
     env.pop("PREFECT_API_URL", None)
     dataset = write_dataset(tmp_path / "p.jsonl", [{"prompt": "secret " + script(ANSWER)}])
-    with HeaderRecorder(llm.url) as hop:
-        ok(run(tmp_path, dataset, "pk", hop.base_url, f"--api_key={key}", env=env, engine="prefect"))
+    try:
+        with HeaderRecorder(llm.url) as hop:
+            ok(run(tmp_path, dataset, "pk", hop.base_url, f"--api_key={key}", env=env, engine="prefect"))
+    finally:
+        local_server.stop(home)  # this home's own server: the session stops only its own
     assert hop.authorizations == [f"Bearer {key}"]
     stored = [p for p in home.rglob("*") if p.is_file()]
     assert any(p.suffix == ".db" for p in stored), stored  # the run was recorded in this database
@@ -252,11 +256,12 @@ def test_sandbox_build_makes_a_working_image_offline(tmp_path, docker_engine):
 
 def test_demo_runs_the_whole_job_on_embedded_defaults(tmp_path, default_image, docker_engine):
     name = f"demo-test-{secrets.token_hex(3)}"
-    env = env_without_keys(PREFECT_HOME=str(tmp_path / "prefect-home"))
+    env = env_without_keys()  # the session's PREFECT_HOME: its background server, as a user's second run finds it
     env.pop("PREFECT_API_URL", None)
     env.pop(IMAGE_ENV, None)  # the product's own default image, as a user's demo gets it
     done = ok(cli(tmp_path, "demo", "--run_name", name, env=env))
     assert "bundled model server: http://127.0.0.1:" in done.stdout
+    assert "Prefect UI: http://127.0.0.1:" in done.stdout  # the session's background server, shown once
     demo_rows = read_jsonl(ROOT / "deployments" / "demo" / "prompts.jsonl")
     entries = read_jsonl(tmp_path / "data" / name / "trajectories.jsonl")
     assert sorted(first_human(e) for e in entries) == sorted(r["prompt"] for r in demo_rows)
