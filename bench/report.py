@@ -309,11 +309,11 @@ def render(res: dict) -> str:
                                           for k in keys] + [_f(_med(runs, "wall"), 1)])
         if ph_rows:
             out.append("Where our wall time went (medians, seconds; from Prefect's log timestamps and the model server's):\n")
-            out.append(_table(["variant", "launch → embedded server starting", "embedded server start",
-                               "launch → flow run begins (standing server)", "flow begins → first model call",
-                               "launch → first model call (direct)", "first → last model call",
+            out.append(_table(["variant", "launch → a server starting (ephemeral, or the first background one)",
+                               "server start", "launch → flow run begins (a running server)",
+                               "flow begins → first model call", "launch → first model call", "first → last model call",
                                "last call → flow finished (merge, report)", "flow finished → exit",
-                               "last call → exit (direct: merge)", "wall"], ph_rows) + "\n")
+                               "last call → exit", "wall"], ph_rows) + "\n")
         ps_rows = []
         for v, label in VARIANTS:
             runs = [r for r in (w.get(v) or []) if r.get("prompt_stats")]

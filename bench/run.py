@@ -84,7 +84,7 @@ def ensure_images() -> None:
 
 def ours_phases(log_path: Path, started: float, ended: float, times: dict[str, Any]) -> dict[str, float]:
     """Where our wall time went, from Prefect's log timestamps (HH:MM:SS.mmm, local time) and the
-    model server's: launch -> embedded server starting -> flow run begins -> first model call ->
+    model server's: launch -> (an ephemeral or first background server starting) -> flow run begins -> first model call ->
     last model call -> flow run finished -> process exit."""
     import datetime as dt
 
@@ -121,7 +121,7 @@ def ours_phases(log_path: Path, started: float, ended: float, times: dict[str, A
     if last and "flow_finished" in marks:
         out["last_call_to_flow_finished"] = marks["flow_finished"] - last
         out["flow_finished_to_exit"] = ended - marks["flow_finished"]
-    if not fb and "server_starting" not in marks and first and last:  # --engine direct: no Prefect marks
+    if first and last:  # every variant: what a user waits for before and after the model's work
         out["launch_to_first_call"] = first - started
         out["last_call_to_exit"] = ended - last
     return {k: round(v, 3) for k, v in out.items()}
