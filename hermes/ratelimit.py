@@ -233,8 +233,13 @@ class LimitedHttpClient(openai.DefaultHttpxClient):
         return response
 
 
-class AsyncLimitedHttpClient(openai.DefaultAsyncHttpxClient):
-    """LimitedHttpClient for openai.AsyncOpenAI: the same admission, awaited on the event loop."""
+class AsyncLimitedHttpClient(openai.DefaultAioHttpClient):
+    """LimitedHttpClient for openai.AsyncOpenAI: the same admission, awaited on the event loop.
+
+    Over the SDK's aiohttp transport (openai[aiohttp]): httpcore's async pool scans all its
+    connections on every request and release, probing each idle socket, which at 512 connections
+    cost more than the rest of the call (bench/THROUGHPUT.md, workload 4); aiohttp's connector
+    takes an idle connection in constant time and parses HTTP in C."""
 
     def __init__(self, limiter: AdaptiveLimiter, **kwargs: Any):
         super().__init__(**kwargs)
