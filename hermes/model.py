@@ -97,12 +97,15 @@ class ModelClient:
         self._lock = threading.Lock()
         self._loop: _CallLoop | None = None
         self._sync: openai.OpenAI | None = None
+        self._closed = False
 
     @property
     def client(self) -> openai.OpenAI:
         """The sync SDK client (streams), made on first use."""
         if self._sync is None:
             with self._lock:
+                if self._closed:
+                    raise ModelError("the model client is closed")
                 if self._sync is None:
                     self._sync = openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
                         self.limiter, timeout=self._timeout))
@@ -111,6 +114,8 @@ class ModelClient:
     def _calls(self) -> "_CallLoop":
         if self._loop is None:
             with self._lock:
+                if self._closed:
+                    raise ModelError("the model client is closed")
                 if self._loop is None:
                     self._loop = _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
                         AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits))))
@@ -164,6 +169,7 @@ class ModelClient:
     def close(self) -> None:
         """Close the pools and end the loop's thread; a call still out then fails with ModelError."""
         with self._lock:
+            self._closed = True
             loop, self._loop = self._loop, None
             sync, self._sync = self._sync, None
         if loop is not None:
