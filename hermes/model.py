@@ -70,9 +70,9 @@ class ModelClient:
 
     complete() calls go out from one event loop on a thread of its own (openai.AsyncOpenAI over
     one connection pool): the calling thread hands its request over and waits for the answer.
-    With hundreds of prompt threads each doing its own HTTP, they spent most of a call waiting
-    for the sync pool's lock and the interpreter lock (bench/THROUGHPUT.md, workload 4); on one
-    loop the pool is used by one thread and a call costs about a third of the CPU.
+    With hundreds of prompt threads each doing its own HTTP, they queued on the sync pools' lock
+    and scans (bench/THROUGHPUT.md, workload 4); on one loop, over the SDK's aiohttp transport,
+    one thread uses one pool, which hands out an idle connection in constant time.
     complete_stream() (the API server's, a few at a time) stays on a sync client of the same
     limiter: its deltas are relayed on the caller's own thread, as the agent's callbacks expect.
     """
