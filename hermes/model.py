@@ -89,8 +89,8 @@ class ModelClient:
         self._sdk_options: dict[str, Any] = dict(
             base_url=settings.base_url, api_key=self.api_key, timeout=timeout,
             max_retries=settings.max_retries if max_retries is None else max_retries)
-        # Every request in flight keeps its connection for the next: the SDK's default keeps
-        # 100, and a run of more workers would open a new connection for most calls.
+        # Room for every request in flight, each keeping its connection for the next call (with
+        # httpx's pool the SDK's default keeps only 100: beyond, most calls would reconnect).
         self._limits = httpx.Limits(max_connections=max(1000, ceiling), max_keepalive_connections=ceiling,
                                     keepalive_expiry=5.0)
         self._timeout = timeout
@@ -102,24 +102,28 @@ class ModelClient:
     @property
     def client(self) -> openai.OpenAI:
         """The sync SDK client (streams), made on first use."""
-        if self._sync is None:
+        sync = self._sync  # read once: close() may clear it meanwhile
+        if sync is None:
             with self._lock:
                 if self._closed:
                     raise ModelError("the model client is closed")
                 if self._sync is None:
                     self._sync = openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
                         self.limiter, timeout=self._timeout))
-        return self._sync
+                sync = self._sync
+        return sync
 
     def _calls(self) -> "_CallLoop":
-        if self._loop is None:
+        loop = self._loop  # read once: close() may clear it meanwhile
+        if loop is None:
             with self._lock:
                 if self._closed:
                     raise ModelError("the model client is closed")
                 if self._loop is None:
                     self._loop = _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
                         AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits))))
-        return self._loop
+                loop = self._loop
+        return loop
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
