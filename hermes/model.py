@@ -8,17 +8,19 @@ all threads that use the client, so a rate-limited endpoint slows the whole run 
 """
 from __future__ import annotations
 
-import itertools
+import asyncio
+import concurrent.futures
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import httpx
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
+from hermes.ratelimit import AdaptiveLimiter, AsyncLimitedHttpClient, LimitedHttpClient
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
 
@@ -59,39 +61,69 @@ class Reply:
     finish_reason: str | None = None
 
 
-SHARD = 32  # threads per SDK client (connection pool), see ModelClient
-
 #: receives ("content" | "reasoning", text) for each streamed delta
 DeltaCallback = Callable[[str, str], None]
 
 
 class ModelClient:
+    """One endpoint for a whole run, shared by all its prompt threads.
+
+    complete() calls go out from one event loop on a thread of its own (openai.AsyncOpenAI over
+    one connection pool): the calling thread hands its request over and waits for the answer.
+    With hundreds of prompt threads each doing its own HTTP, they queued on the sync pools' lock
+    and scans (bench/THROUGHPUT.md, workload 4); on one loop, over the SDK's aiohttp transport,
+    one thread uses one pool, which hands out an idle connection in constant time.
+    complete_stream() (the API server's, a few at a time) stays on a sync client of the same
+    limiter: its deltas are relayed on the caller's own thread, as the agent's callbacks expect.
+    """
+
     def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
                  timeout: float = 600.0, max_in_flight: int | None = None):
         """max_in_flight: the limiter's ceiling; a run's --num_workers by default (64 for a chat)."""
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
+        self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
-        # One SDK client (one connection pool) per SHARD threads: the pool's lock is held while it
-        # scans all its connections, so hundreds of threads on one pool spend most of their CPU
-        # there (a profile of 512 workers: ~60% of a prompt thread's samples). All share the limiter.
-        self._clients = [
-            openai.OpenAI(base_url=settings.base_url, api_key=resolve_api_key(api_key),
-                          max_retries=settings.max_retries if max_retries is None else max_retries,
-                          timeout=timeout, http_client=LimitedHttpClient(self.limiter, timeout=timeout))
-            for _ in range(max(1, -(-ceiling // SHARD)))]
-        self.client = self._clients[0]
-        self._local = threading.local()
-        self._next_shard = itertools.count()
+        self._sdk_options: dict[str, Any] = dict(
+            base_url=settings.base_url, api_key=self.api_key, timeout=timeout,
+            max_retries=settings.max_retries if max_retries is None else max_retries)
+        # Room for every request in flight, each keeping its connection for the next call (with
+        # httpx's pool the SDK's default keeps only 100: beyond, most calls would reconnect).
+        self._limits = httpx.Limits(max_connections=max(1000, ceiling), max_keepalive_connections=ceiling,
+                                    keepalive_expiry=5.0)
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._loop: _CallLoop | None = None
+        self._sync: openai.OpenAI | None = None
+        self._closed = False
 
-    def _client(self) -> openai.OpenAI:
-        """This thread's SDK client: threads are spread over the shards in turn, once."""
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self._clients[next(self._next_shard) % len(self._clients)]
-        return client
+    @property
+    def client(self) -> openai.OpenAI:
+        """The sync SDK client (streams), made on first use."""
+        sync = self._sync  # read once: close() may clear it meanwhile
+        if sync is None:
+            with self._lock:
+                if self._closed:
+                    raise ModelError("the model client is closed")
+                if self._sync is None:
+                    self._sync = openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
+                        self.limiter, timeout=self._timeout))
+                sync = self._sync
+        return sync
+
+    def _calls(self) -> "_CallLoop":
+        loop = self._loop  # read once: close() may clear it meanwhile
+        if loop is None:
+            with self._lock:
+                if self._closed:
+                    raise ModelError("the model client is closed")
+                if self._loop is None:
+                    self._loop = _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
+                        AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits))))
+                loop = self._loop
+        return loop
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
@@ -111,16 +143,7 @@ class ModelClient:
         request = self._request(messages, tools)
         extra = request.pop("extra_body", {})
         body = {**request, **extra}  # as the SDK merges extra_body: its keys win
-        try:
-            resp = self._client().post("/chat/completions", body=body, cast_to=httpx.Response)
-            data = resp.json()
-        except openai.APIStatusError as e:
-            raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
-        except openai.APIError as e:
-            raise ModelError(f"model endpoint failed: {e}") from e
-        except ValueError as e:
-            raise ModelError(f"model endpoint answered something that is not JSON: {e}") from e
-        return _reply_of_dict(data)
+        return _reply_of_dict(self._calls().call(_post, body))
 
     def complete_stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> Reply:
@@ -131,7 +154,7 @@ class ModelClient:
         """
         state = ChatCompletionStreamState()
         try:
-            stream = self._client().chat.completions.create(**self._request(messages, tools), stream=True,
+            stream = self.client.chat.completions.create(**self._request(messages, tools), stream=True,
                                                          stream_options={"include_usage": True})
             with stream:
                 for chunk in stream:
@@ -148,8 +171,83 @@ class ModelClient:
         return _reply_of_dict(resp.model_dump(exclude_none=True))
 
     def close(self) -> None:
-        for client in self._clients:
-            client.close()
+        """Close the pools and end the loop's thread; a call still out then fails with ModelError."""
+        with self._lock:
+            self._closed = True
+            loop, self._loop = self._loop, None
+            sync, self._sync = self._sync, None
+        if loop is not None:
+            loop.close()
+        if sync is not None:
+            sync.close()
+
+
+async def _post(client: openai.AsyncOpenAI, body: dict[str, Any]) -> Any:
+    try:
+        resp = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
+        return resp.json()
+    except openai.APIStatusError as e:
+        raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
+    except openai.APIError as e:
+        raise ModelError(f"model endpoint failed: {e}") from e
+    except ValueError as e:
+        raise ModelError(f"model endpoint answered something that is not JSON: {e}") from e
+
+
+class _CallLoop:
+    """An event loop on a daemon thread of its own with the async SDK client made on it.
+
+    A ModelClient that is never closed (a test, a script) ends it when collected: the loop's
+    thread holds no reference to this object, whose finalizer closes the pool and the loop.
+    """
+
+    def __init__(self, make_client: Callable[[], openai.AsyncOpenAI]):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="model-calls", daemon=True)
+        self.thread.start()
+
+        async def make() -> openai.AsyncOpenAI:  # on the loop: the pool's locks belong to it
+            return make_client()
+        self.client = asyncio.run_coroutine_threadsafe(make(), self.loop).result()
+        self._finalizer = weakref.finalize(self, _shut_down, self.loop, self.thread, self.client)
+
+    def call(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """fn(client, *args) on the loop; its result (or exception) here, when it is done."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(fn(self.client, *args), self.loop)
+        except RuntimeError as e:  # the loop is closed
+            raise ModelError("the model client is closed") from e
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as e:
+            raise ModelError("the model client was closed while the call was out") from e
+        except BaseException:
+            future.cancel()  # an interrupted caller takes its request back
+            raise
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: openai.AsyncOpenAI) -> None:
+    async def closing() -> None:
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        try:
+            await client.close()
+        finally:
+            loop.stop()
+
+    if loop.is_closed():
+        return
+    asyncio.run_coroutine_threadsafe(closing(), loop)
+    if threading.current_thread() is thread:  # collected on the loop itself: it stops once this returns
+        return
+    thread.join(timeout=30)
+    if not thread.is_alive():
+        loop.close()
 
 
 def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:

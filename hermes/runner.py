@@ -69,7 +69,7 @@ class RunContext:
 
     def tool_context(self, key: str) -> ToolContext:
         """One prompt's view of the run for its tool calls (the conversation adds the sandbox)."""
-        return tool_context(self.settings, api_key=self.client.client.api_key, shared=self.shared,
+        return tool_context(self.settings, api_key=self.client.api_key, shared=self.shared,
                             secret=self.secret, run_dir=self.run_dir, key=key)
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ def chat(prompt: str, settings: AgentSettings, toolsets: list[str], *, image: st
     client = ModelClient(settings)
     shared = SharedResources()
     try:
-        context = tool_context(settings, api_key=client.client.api_key, shared=shared)
+        context = tool_context(settings, api_key=client.api_key, shared=shared)
         run = converse(client, prompt, offered, spec, get_backend(settings.sandbox), context=context,
                        max_turns=settings.max_turns,
                        system_prompt=compose_system_prompt(settings.ephemeral_system_prompt),

@@ -152,7 +152,7 @@ class AgentService:
         events = _events(emit, stream_model) if emit else None
         spec = SandboxSpec(image=self.sandbox.image,
                            labels={LABEL_RUN: self.label, LABEL_PROMPT: request.id, API_LABEL: "1"})
-        context = tool_context(self.agent_settings, api_key=self.client.client.api_key, shared=self.shared,
+        context = tool_context(self.agent_settings, api_key=self.client.api_key, shared=self.shared,
                                key=request.id)
         try:
             return converse(self.client, request.messages, self.offered, spec, self.backend, context=context,

@@ -1,0 +1,137 @@
+"""ModelClient's calls of many threads on one event loop: each thread gets its own answer, the
+limiter sees every request, close() ends the loop's thread; AdaptiveLimiter's asyncio side.
+
+The official openai SDK against the bundled model server on loopback.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from hermes.model import ModelClient, ModelError
+from hermes.ratelimit import AdaptiveLimiter
+from hermes.settings import AgentSettings
+from hermes.tools import openai_schemas, tools_for
+from mockllm import MockLLM
+
+THREADS = 48
+
+
+def loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "model-calls"]
+
+
+def test_many_threads_on_one_client_each_get_their_own_answer():
+    tools = openai_schemas(tools_for(["file"]))
+    before = set(loop_threads())
+    with MockLLM(latency=0.2) as server:
+        client = ModelClient(AgentSettings(model="m", base_url=server.base_url), max_in_flight=THREADS)
+
+        def one(i: int) -> dict:
+            return client.complete([{"role": "user", "content": f"task number {i}"}], tools).message
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            answers = list(pool.map(one, range(THREADS)))
+        seen = client.limiter.snapshot()
+        sent = httpx.get(server.url + "/_mock/requests").json()
+        assert len(set(loop_threads()) - before) == 1  # one loop carries them all
+        client.close()
+    sent = sent["requests"] if isinstance(sent, dict) else sent
+    # the server was asked once per thread, each with that thread's conversation ...
+    assert sorted(b["messages"][0]["content"] for b in sent) == sorted(f"task number {i}" for i in range(THREADS))
+    # ... and each thread got the answer to its own: the scripted server quotes the task back
+    for i, message in enumerate(answers):
+        assert f"task number {i}'" in message["reasoning"], message
+        assert message["tool_calls"][0]["function"]["name"] == "write_file"
+    assert seen["requests"] == THREADS and seen["in_flight"] == 0
+    assert not set(loop_threads()) - before
+
+
+def test_close_ends_the_loop_thread_and_later_calls_fail_plainly():
+    with MockLLM() as server:
+        client = ModelClient(AgentSettings(model="m", base_url=server.base_url))
+        assert client.complete([{"role": "user", "content": "hi"}], []).message["content"]
+        (thread,) = set(loop_threads())
+        client.close()
+        assert not thread.is_alive()
+        with pytest.raises(ModelError, match="closed"):
+            client.complete([{"role": "user", "content": "hi"}], [])
+        client.close()  # twice is fine
+
+
+def test_a_client_never_closed_ends_its_loop_when_collected():
+    with MockLLM() as server:
+        client = ModelClient(AgentSettings(model="m", base_url=server.base_url))
+        client.complete([{"role": "user", "content": "hi"}], [])
+        (thread,) = set(loop_threads())
+        del client
+        gc.collect()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def test_errors_cross_from_the_loop_with_their_messages():
+    with MockLLM(error_rate=1.0, error_status=400) as server:
+        client = ModelClient(AgentSettings(model="m", base_url=server.base_url), max_retries=0)
+        with pytest.raises(ModelError, match="model endpoint answered 400"):
+            client.complete([{"role": "user", "content": "hi"}], [])
+        assert client.limiter.snapshot()["in_flight"] == 0
+        client.close()
+
+
+def test_a_coroutine_waits_for_a_place_while_the_loop_goes_on():
+    limiter = AdaptiveLimiter(2)
+
+    async def main() -> None:
+        first = await limiter.acquire_async()
+        await limiter.acquire_async()
+        third = asyncio.ensure_future(limiter.acquire_async())
+        for _ in range(5):  # the loop keeps running other work while the third waits
+            await asyncio.sleep(0.01)
+        assert not third.done() and limiter.in_flight == 2
+        # released from another thread (a sync caller of the same limiter): the coroutine is woken
+        releaser = threading.Thread(target=limiter.release, args=(first, 200))
+        releaser.start()
+        await asyncio.wait_for(third, 30)
+        releaser.join()
+        assert limiter.in_flight == 2 and limiter.counts["requests"] == 3
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_waiter_leaves_its_place_to_the_next():
+    limiter = AdaptiveLimiter(1)
+
+    async def main() -> None:
+        held = await limiter.acquire_async()
+        gone = asyncio.ensure_future(limiter.acquire_async())
+        stays = asyncio.ensure_future(limiter.acquire_async())
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        limiter.release(held, 200)
+        await asyncio.wait_for(stays, 30)
+        assert gone.cancelled() and limiter.in_flight == 1
+
+    asyncio.run(main())
+
+
+def test_a_sync_waiter_is_woken_by_a_release_on_the_loop():
+    limiter = AdaptiveLimiter(1)
+    got: list[int] = []
+
+    async def main() -> None:
+        held = await limiter.acquire_async()
+        waiter = threading.Thread(target=lambda: got.append(limiter.acquire()))
+        waiter.start()
+        await asyncio.sleep(0.05)
+        assert not got
+        limiter.release(held, 200)
+        await asyncio.to_thread(waiter.join, 30)
+
+    asyncio.run(main())
+    assert got == [0] and limiter.in_flight == 1
