@@ -77,7 +77,7 @@ PREFECT_BOOT = (
     "The difference between the variants is Prefect's own fixed cost. Without `PREFECT_API_URL` the "
     "default path runs on a local Prefect server that the first invocation starts in the background "
     "(flows/local_server.py: the whole Prefect API, FastAPI app and SQLite database) and later invocations "
-    "reuse: the first invocation after set-up pays that start (its own row in the tables: repeat 0), the "
+    "reuse: the first invocation after set-up pays that start (its own row: \"The first invocation after set-up\"), the "
     "others only import Prefect, connect and record the flow run. A standing server "
     "(`deployments/prefect/up.sh`) costs the same as a reused one; `--engine direct` (or "
     "`HERMES_ENGINE=direct`) is the same run on the same domain code without Prefect: same journal, "

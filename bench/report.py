@@ -258,6 +258,15 @@ def render(res: dict) -> str:
     out.append(_table(["workload", "target", "result", "measured"],
                       [[k, t, "**met**" if ok else "**missed**", txt] for k, t, ok, txt in verdicts]) + "\n")
 
+    if res.get("warmup"):
+        out.append("### The first invocation after set-up\n")
+        out.append("Each system's first run of this invocation (4 prompts, 2 workers, 3 calls at zero latency, no "
+                   "containers), before any workload: for ours on the default path it is the run that starts the "
+                   "local background Prefect server (and creates its database), which every later run of ours reuses.\n")
+        out.append(_table(["system", "wall s", "first model call s", "CPU s", "rc"],
+                          [[dict(VARIANTS).get(r["system"], r["system"]), _f(r.get("wall"), 1), _f(r.get("ttfc")),
+                            _f(r.get("cpu")), str(r.get("rc"))] for r in res["warmup"]]) + "\n")
+
     if res["workloads"].get("6"):
         from bench.ratelimited import section
         out.append(section(res["workloads"]["6"]))
