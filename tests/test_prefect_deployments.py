@@ -29,7 +29,7 @@ from tests.helpers import HeaderRecorder, script, until, write_dataset, read_jso
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "hermes"  # the work pool named in prefect.yaml
 FINAL_WAIT = 420  # seconds before a run that never ends is reported (not a timing assertion)
-CRASH_WAIT = 300  # seconds for the automation to mark a silent run Crashed (it should take 90-130)
+CRASH_WAIT = 240  # seconds for the automation to mark a silent run Crashed (it should take 45-60 here)
 RUN_NAMES: list[str] = []  # containers of these runs are removed at teardown, whatever happened
 
 
@@ -151,6 +151,43 @@ def _stop(proc: subprocess.Popen) -> None:
             _signal(pid, signal.SIGKILL)
 
 
+SHIPPED_AUTOMATIONS = ROOT / "deployments/prefect/automations.yaml"
+# The shipped window is 90 s after the last heartbeat; the test stack's copy waits QUICK_WINDOW.
+# Heartbeats cannot come faster than every 30 s (Prefect's minimum, PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+# is validated >= 30), so the window must stay above 30 s plus slack for a loaded machine, or a
+# live run of this module would be marked Crashed between two heartbeats.
+QUICK_WINDOW = 45
+
+
+def _quick_automations(dest: Path) -> Path:
+    """The shipped automations file with only the crash automation's `within` shortened."""
+    import yaml
+
+    doc = yaml.safe_load(SHIPPED_AUTOMATIONS.read_text())
+    [crash] = [a for a in doc["automations"] if a["name"] == "hermes-batch-crash-silent-runs"]
+    crash["trigger"]["within"] = QUICK_WINDOW
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
+def test_the_shipped_automation_waits_90_s_for_heartbeats_sent_every_30_s():
+    """What the docs say; the module's stack runs the same automation with a shorter window."""
+    import yaml
+
+    [crash] = yaml.safe_load(SHIPPED_AUTOMATIONS.read_text())["automations"]
+    assert crash["name"] == "hermes-batch-crash-silent-runs" and crash["enabled"] is True
+    assert crash["trigger"]["within"] == 90 and crash["trigger"]["posture"] == "Proactive"
+    assert crash["actions"] == [{"type": "change-flow-run-state", "state": "CRASHED",
+                                 "message": crash["actions"][0]["message"]}]
+    assert "No heartbeat for 90 s" in crash["actions"][0]["message"]
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    for d in deployments:
+        assert d["work_pool"]["job_variables"]["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30", d["name"]
+        assert "hermes-batch" in d["tags"], d["name"]  # the automation matches runs by this tag
+    guide = " ".join((ROOT / "deployments/prefect/README.md").read_text().split())
+    assert "a heartbeat every 30 s" in guide and "**Crashed** 90 s after the last one" in guide
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
     """Server, work pool, `prefect deploy --all`, a worker started outside the repo, the model server."""
@@ -168,7 +205,7 @@ def stack(tmp_path_factory, sandbox_image, docker_engine) -> Iterator[Stack]:
         deployed = st.prefect("--no-prompt", "deploy", "--all")
         for name in ("batch-run/batch-run", "merge-run/merge-run", "batch-run/nightly-eval", "batch-run/dask"):
             assert f"Deployment '{name}' successfully created" in deployed.stdout, deployed.stdout[-3000:]
-        created = st.prefect("automation", "create", "--from-file", "deployments/prefect/automations.yaml")
+        created = st.prefect("automation", "create", "--from-file", str(_quick_automations(base / "automations.yaml")))
         assert "hermes-batch-crash-silent-runs" in created.stdout, created.stdout
         st.start_worker()
         try:
@@ -415,8 +452,9 @@ def _journal(out: Path) -> list[dict]:
 
 
 def test_a_run_whose_process_dies_is_crashed_and_retry_resumes_it(stack, tmp_path, docker_engine):
-    """kill -9 of the worker and its flow-run process mid-run: the shipped automation marks the run
-    Crashed (its heartbeats stopped), Retry resumes it, every prompt is in the output once."""
+    """kill -9 of the worker and its flow-run process mid-run: the shipped automation (its window
+    shortened to QUICK_WINDOW) marks the run Crashed (its heartbeats stopped), Retry resumes it, every
+    prompt is in the output once."""
     rows = [{"prompt": f"quick {i}"} for i in range(3)] + [_sleepy(f"slow {i}", 6) for i in range(3)]
     settings = stack.settings(write_dataset(tmp_path / "p.jsonl", rows), "killed", num_workers=6)
     run_id = stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": settings}))
