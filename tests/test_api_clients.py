@@ -108,7 +108,9 @@ def test_1_a_429_is_not_replayed_for_its_idempotency_key(one_slot, docker_engine
 def test_2_a_dropped_runs_event_stream_is_quiet_and_the_run_is_still_swept(mock, sandbox_image, tmp_path):
     captured = Captured()
     loggers = [logging.getLogger(n) for n in ("uvicorn.error", "asyncio", "hermes")]
-    with ServerThread(create_app(settings(mock, tmp_path, run_retention=0.5, run_events_ttl=60))) as srv, client(srv) as http:
+    # The sweeper runs every events_ttl / 4 seconds: 2.5 s here (15 s with a 60 s ttl), while each
+    # run's events, read within a second or two of its start, are kept for 10 s.
+    with ServerThread(create_app(settings(mock, tmp_path, run_retention=0.5, run_events_ttl=10))) as srv, client(srv) as http:
         for log in loggers:
             log.addHandler(captured)
         try:

@@ -90,8 +90,10 @@ def test_a_direct_run_resumes_as_a_prefect_flow_and_back(tmp_path, mock_llm, san
 
 def test_direct_run_with_too_many_failures_exits_1_and_keeps_the_outputs(tmp_path, mock_llm):
     rows = [{"prompt": "fine"}] + [{"prompt": f"broken {i} " + script({"error": 500})} for i in range(2)]
+    # neither the client nor the run tries a 500 again (the run's requeue waits 1-8 s per retry;
+    # tests/test_requeue.py covers it)
     done = cli(tmp_path, write_dataset(tmp_path / "p.jsonl", rows), "failing", mock_llm.base_url,
-               "--engine=direct", "--sandbox_backend=local", "--max_retries=0")
+               "--engine=direct", "--sandbox_backend=local", "--max_retries=0", "--prompt_retries=0")
     assert done.returncode == 1
     assert "2 of 3 prompts failed (67%)" in done.stderr and "--resume" in done.stderr
     assert len(read_jsonl(tmp_path / "data" / "failing" / "trajectories.jsonl")) == 1
