@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 import httpx
 import openai
@@ -61,6 +62,10 @@ class Reply:
     finish_reason: str | None = None
 
 
+#: requests in flight (the limiter's ceiling) from which complete() goes out from the event loop;
+#: below, from the calling thread over the sync client (one pool is no bottleneck for a few threads)
+LOOP_FROM = 32
+
 #: receives ("content" | "reasoning", text) for each streamed delta
 DeltaCallback = Callable[[str, str], None]
 
@@ -68,8 +73,9 @@ DeltaCallback = Callable[[str, str], None]
 class ModelClient:
     """One endpoint for a whole run, shared by all its prompt threads.
 
-    complete() calls go out from one event loop on a thread of its own (openai.AsyncOpenAI over
-    one connection pool): the calling thread hands its request over and waits for the answer.
+    With LOOP_FROM or more requests in flight allowed, complete() calls go out from one event loop
+    on a thread of its own (openai.AsyncOpenAI over one connection pool): the calling thread hands
+    its request over and waits for the answer; with fewer, each goes out from its caller's thread.
     With hundreds of prompt threads each doing its own HTTP, they queued on the sync pools' lock
     and scans (bench/THROUGHPUT.md, workload 4); on one loop, over the SDK's aiohttp transport,
     one thread uses one pool, which hands out an idle connection in constant time.
@@ -98,6 +104,9 @@ class ModelClient:
         self._loop: _CallLoop | None = None
         self._sync: openai.OpenAI | None = None
         self._closed = False
+        # The loop pays a hand-over between threads on every call: worth it when many prompt threads
+        # would contend for a pool, not for a few (workload 2 at 4 workers: ~10% more client CPU).
+        self._on_loop = ceiling >= LOOP_FROM
 
     @property
     def client(self) -> openai.OpenAI:
@@ -143,7 +152,9 @@ class ModelClient:
         request = self._request(messages, tools)
         extra = request.pop("extra_body", {})
         body = {**request, **extra}  # as the SDK merges extra_body: its keys win
-        return _reply_of_dict(self._calls().call(_post, body))
+        if self._on_loop:
+            return _reply_of_dict(self._calls().call(_post, body))
+        return _reply_of_dict(_post_sync(self.client, body))
 
     def complete_stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> Reply:
@@ -182,16 +193,28 @@ class ModelClient:
             sync.close()
 
 
-async def _post(client: openai.AsyncOpenAI, body: dict[str, Any]) -> Any:
+@contextlib.contextmanager
+def _model_errors() -> Iterator[None]:
+    """The SDK's typed errors (after its retries) as ModelError, with what the endpoint said."""
     try:
-        resp = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
-        return resp.json()
+        yield
     except openai.APIStatusError as e:
         raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
     except openai.APIError as e:
         raise ModelError(f"model endpoint failed: {e}") from e
     except ValueError as e:
         raise ModelError(f"model endpoint answered something that is not JSON: {e}") from e
+
+
+async def _post(client: openai.AsyncOpenAI, body: dict[str, Any]) -> Any:
+    with _model_errors():
+        resp = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
+        return resp.json()
+
+
+def _post_sync(client: openai.OpenAI, body: dict[str, Any]) -> Any:
+    with _model_errors():
+        return client.post("/chat/completions", body=body, cast_to=httpx.Response).json()
 
 
 class _CallLoop:
