@@ -110,29 +110,25 @@ class ModelClient:
 
     @property
     def client(self) -> openai.OpenAI:
-        """The sync SDK client (streams), made on first use."""
-        sync = self._sync  # read once: close() may clear it meanwhile
-        if sync is None:
-            with self._lock:
-                if self._closed:
-                    raise ModelError("the model client is closed")
-                if self._sync is None:
-                    self._sync = openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
-                        self.limiter, timeout=self._timeout))
-                sync = self._sync
-        return sync
+        """The sync SDK client (streams, and calls below LOOP_FROM), made on first use."""
+        return self._made("_sync", lambda: openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
+            self.limiter, timeout=self._timeout)))
 
     def _calls(self) -> "_CallLoop":
-        loop = self._loop  # read once: close() may clear it meanwhile
-        if loop is None:
+        return self._made("_loop", lambda: _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
+            AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits)))))
+
+    def _made(self, name: str, make: Callable[[], Any]) -> Any:
+        """self.<name>, made once under the lock; read once outside it (close() may clear it meanwhile)."""
+        value = getattr(self, name)
+        if value is None:
             with self._lock:
                 if self._closed:
                     raise ModelError("the model client is closed")
-                if self._loop is None:
-                    self._loop = _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
-                        AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits))))
-                loop = self._loop
-        return loop
+                if getattr(self, name) is None:
+                    setattr(self, name, make())
+                value = getattr(self, name)
+        return value
 
     def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": [_for_api(m) for m in messages]}
