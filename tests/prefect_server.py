@@ -5,9 +5,9 @@
         server.api_url            # http://127.0.0.1:PORT/api
 
 Its SQLite database lives under the given folder; the server is stopped (process group) on exit.
-The first server of a test session migrates its database from nothing (~3 s of the boot); later
-ones start from a copy of that freshly migrated database, so their `prefect server start` finds
-the schema current and only checks it.
+Every server starts from a copy of one empty database migrated once per session
+(`migrated_database()`, also used by tests/test_local_server.py), so its `prefect server start`
+finds the schema current and only checks it (~3 s of each boot otherwise).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import os
 import signal
 import shutil
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -48,18 +47,23 @@ class PrefectServer:
                 self.proc.wait()
 
 
-_MIGRATED: Path | None = None  # a copy of the first server's database, taken once it answered
+_MIGRATED: Path | None = None
 
 
-def _keep_migrated(db: Path) -> None:
-    """Copy the just-booted server's database (sqlite's online backup: consistent while it runs)."""
+def migrated_database() -> Path:
+    """An empty Prefect database with every migration applied, made once per session
+    (`prefect server database upgrade`); callers copy it, so each server has only its own data."""
     global _MIGRATED
-    folder = Path(tempfile.mkdtemp(prefix="prefect-migrated-"))
-    atexit.register(shutil.rmtree, folder, True)
-    copy = folder / "prefect.db"
-    with contextlib.closing(sqlite3.connect(db)) as src, contextlib.closing(sqlite3.connect(copy)) as dst:
-        src.backup(dst)
-    _MIGRATED = copy
+    if _MIGRATED is None:
+        folder = Path(tempfile.mkdtemp(prefix="prefect-migrated-"))
+        atexit.register(shutil.rmtree, folder, True)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}, "PREFECT_HOME": str(folder)}
+        done = subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0 or not (folder / "prefect.db").exists():
+            raise RuntimeError(f"prefect server database upgrade failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        _MIGRATED = folder / "prefect.db"
+    return _MIGRATED
 
 
 def _free_port() -> int:
@@ -75,9 +79,8 @@ def running_prefect_server(home: Path, startup_timeout: float = 180,
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     db = home / "prefect.db"
-    fresh = _MIGRATED is None or db.exists()
-    if not fresh:
-        shutil.copyfile(_MIGRATED, db)
+    if not db.exists():
+        shutil.copyfile(migrated_database(), db)
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
@@ -100,8 +103,6 @@ def running_prefect_server(home: Path, startup_timeout: float = 180,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"prefect server did not answer in {startup_timeout}s:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        if fresh and _MIGRATED is None:
-            _keep_migrated(db)
         yield PrefectServer(api_url=api_url, env=env, log=log, proc=proc)
     finally:
         PrefectServer(api_url=api_url, env=env, log=log, proc=proc).stop()

@@ -23,6 +23,7 @@ import pytest
 from flows import local_server
 from hermes.settings import API_KEY_ENV_VARS
 from tests.helpers import script, until, write_dataset
+from tests.prefect_server import migrated_database
 
 pytestmark = pytest.mark.prefect
 
@@ -30,22 +31,12 @@ ANSWER = {"reasoning": "Nothing to run.", "content": "Answered."}
 UI_LINE = re.compile(r"^Prefect UI: (http://127\.0\.0\.1:(\d+)) \(stop it with `hermes-batch server stop`\)$", re.M)
 
 
-@pytest.fixture(scope="module")
-def migrated_db(tmp_path_factory) -> Path:
-    """An empty, fully migrated Prefect database, made once: a test's first server starts from a
-    copy of it instead of migrating from nothing (seconds per server; each still has only its own data)."""
-    folder = tmp_path_factory.mktemp("migrated-prefect-home")
-    done = subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-                          env=env_for(folder), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and (folder / "prefect.db").exists(), done.stdout[-2000:] + done.stderr[-2000:]
-    return folder / "prefect.db"
-
-
 @pytest.fixture
-def home(tmp_path, migrated_db):
+def home(tmp_path):
     home = tmp_path / "prefect-home"
     home.mkdir()
-    shutil.copyfile(migrated_db, home / "prefect.db")
+    # from one migrated empty database: seconds less per server, and still only this test's data
+    shutil.copyfile(migrated_database(), home / "prefect.db")
     yield home
     local_server.stop(home)
     for pid in servers_of(home):  # a test that failed half-way may have left one unrecorded
