@@ -178,8 +178,13 @@ class _Handler(BaseHTTPRequestHandler):
                                              f"Please try again in {format_duration(wait)}.",
                                         {"Retry-After": str(max(1, math.ceil(wait))),
                                          "retry-after-ms": str(max(1, round(wait * 1000)))})
+        raw, length = self._read_body(), self.headers.get("Content-Length", "")
+        if length.isdigit() and len(raw) < int(length):
+            # the client went away before its whole body arrived (killed mid-request): no request, no answer
+            self.close_connection = True
+            return None
         try:
-            body = json.loads(self._read_body() or b"null")
+            body = json.loads(raw or b"null")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return self._bad_request(f"request body is not valid JSON: {exc}")
         state.record(body)

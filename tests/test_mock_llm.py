@@ -493,3 +493,21 @@ def test_cli_rejects_bad_options(capsys):
     assert "argument --error-status: invalid choice: 404" in capsys.readouterr().err
     assert main(["--port", "0", "--error-rate", "2"]) == 2
     assert "error_rate" in capsys.readouterr().err
+
+
+def test_a_request_cut_off_before_its_body_is_not_recorded():
+    """A client killed between its headers and its body (a SIGKILL mid-request) sent no request:
+    the log keeps nothing for it, and the next request is served as usual."""
+    import socket
+
+    with MockLLM() as llm:
+        with socket.create_connection(("127.0.0.1", llm.port)) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 400\r\n\r\n")  # headers only, as when killed between the two writes
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(30)
+            assert s.recv(100) == b""  # no answer: the server closed the connection
+        reply = httpx.post(f"{llm.base_url}/chat/completions", timeout=30,
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert reply.status_code == 200
+        assert [r["messages"][0]["content"] for r in llm.requests()] == ["hi"]
