@@ -1,27 +1,25 @@
-"""The model endpoint: any OpenAI-compatible server, through the openai SDK.
+"""The model endpoint: any OpenAI-compatible server.
 
 Retries (429, 5xx, time-outs, dropped connections, with backoff and Retry-After honoured) are
-the SDK's own; every attempt passes the client's AdaptiveLimiter (hermes.ratelimit), shared by
-all threads that use the client, so a rate-limited endpoint slows the whole run down; reasoning and OpenRouter provider routing go in the request's extra body.
+the openai SDK's, kept as they were where the calls no longer go through it (hermes.model_calls);
+every attempt passes the client's AdaptiveLimiter (hermes.ratelimit), shared by all threads
+that use the client, so a rate-limited endpoint slows the whole run down; reasoning and
+OpenRouter provider routing go in the request's extra body.
 `complete_stream` asks for `stream: true` and hands each delta to a callback as it arrives
 (the API server relays them to its clients); both methods return the same Reply.
 """
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import os
 import threading
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Callable
 
-import httpx
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from hermes.ratelimit import AdaptiveLimiter, AsyncLimitedHttpClient, LimitedHttpClient
+from hermes.model_calls import CallError, CallLoop, Endpoint
+from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
 
 
@@ -62,10 +60,6 @@ class Reply:
     finish_reason: str | None = None
 
 
-#: requests in flight (the limiter's ceiling) from which complete() goes out from the event loop;
-#: below, from the calling thread over the sync client (one pool is no bottleneck for a few threads)
-LOOP_FROM = 32
-
 #: receives ("content" | "reasoning", text) for each streamed delta
 DeltaCallback = Callable[[str, str], None]
 
@@ -73,12 +67,11 @@ DeltaCallback = Callable[[str, str], None]
 class ModelClient:
     """One endpoint for a whole run, shared by all its prompt threads.
 
-    With LOOP_FROM or more requests in flight allowed, complete() calls go out from one event loop
-    on a thread of its own (openai.AsyncOpenAI over one connection pool): the calling thread hands
-    its request over and waits for the answer; with fewer, each goes out from its caller's thread.
+    complete() calls go out from one event loop on a thread of its own, over one aiohttp pool
+    (hermes.model_calls): the calling thread hands its request over and waits for the answer.
     With hundreds of prompt threads each doing its own HTTP, they queued on the sync pools' lock
-    and scans (bench/THROUGHPUT.md, workload 4); on one loop, over the SDK's aiohttp transport,
-    one thread uses one pool, which hands out an idle connection in constant time.
+    and scans (bench/THROUGHPUT.md, workload 4); on one loop one thread uses one pool, which
+    hands out an idle connection in constant time.
     complete_stream() (the API server's, a few at a time) stays on a sync client of the same
     limiter: its deltas are relayed on the caller's own thread, as the agent's callbacks expect.
     """
@@ -92,31 +85,24 @@ class ModelClient:
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
-        self._sdk_options: dict[str, Any] = dict(
-            base_url=settings.base_url, api_key=self.api_key, timeout=timeout,
-            max_retries=settings.max_retries if max_retries is None else max_retries)
-        # Room for every request in flight, each keeping its connection for the next call (with
-        # httpx's pool the SDK's default keeps only 100: beyond, most calls would reconnect).
-        self._limits = httpx.Limits(max_connections=max(1000, ceiling), max_keepalive_connections=ceiling,
-                                    keepalive_expiry=5.0)
+        self._base_url = settings.base_url
+        self._max_retries = settings.max_retries if max_retries is None else max_retries
         self._timeout = timeout
         self._lock = threading.Lock()
-        self._loop: _CallLoop | None = None
+        self._loop: CallLoop | None = None
         self._sync: openai.OpenAI | None = None
         self._closed = False
-        # The loop pays a hand-over between threads on every call: worth it when many prompt threads
-        # would contend for a pool, not for a few (workload 2 at 4 workers: ~10% more client CPU).
-        self._on_loop = ceiling >= LOOP_FROM
 
     @property
     def client(self) -> openai.OpenAI:
-        """The sync SDK client (streams, and calls below LOOP_FROM), made on first use."""
-        return self._made("_sync", lambda: openai.OpenAI(**self._sdk_options, http_client=LimitedHttpClient(
-            self.limiter, timeout=self._timeout)))
+        """The sync SDK client of the streams, made on first use."""
+        return self._made("_sync", lambda: openai.OpenAI(
+            base_url=self._base_url, api_key=self.api_key, timeout=self._timeout, max_retries=self._max_retries,
+            http_client=LimitedHttpClient(self.limiter, timeout=self._timeout)))
 
-    def _calls(self) -> "_CallLoop":
-        return self._made("_loop", lambda: _CallLoop(lambda: openai.AsyncOpenAI(**self._sdk_options, http_client=(
-            AsyncLimitedHttpClient(self.limiter, timeout=self._timeout, limits=self._limits)))))
+    def _calls(self) -> CallLoop:
+        return self._made("_loop", lambda: CallLoop(lambda: Endpoint(
+            self._base_url, self.api_key, limiter=self.limiter, max_retries=self._max_retries, timeout=self._timeout)))
 
     def _made(self, name: str, make: Callable[[], Any]) -> Any:
         """self.<name>, made once under the lock; read once outside it (close() may clear it meanwhile)."""
@@ -141,16 +127,16 @@ class ModelClient:
         return kwargs
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
-        # The SDK's low-level post (its retries and typed errors included) with the body as is:
-        # `chat.completions.create` would deep-copy and re-validate the whole conversation on
-        # every call, and wrap the answer in models only to be turned back into a dict here;
-        # that halves the client's CPU per call, which bounds a run's rate at high --num_workers.
+        # The body as is, from one event loop (hermes.model_calls): `chat.completions.create`
+        # would deep-copy and re-validate the whole conversation on every call, and wrap the
+        # answer in models only to be turned back into a dict here.
         request = self._request(messages, tools)
         extra = request.pop("extra_body", {})
         body = {**request, **extra}  # as the SDK merges extra_body: its keys win
-        if self._on_loop:
-            return _reply_of_dict(self._calls().call(_post, body))
-        return _reply_of_dict(_post_sync(self.client, body))
+        try:
+            return _reply_of_dict(self._calls().post(body))
+        except CallError as e:
+            raise ModelError(str(e)) from e
 
     def complete_stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         on_delta: DeltaCallback) -> Reply:
@@ -187,86 +173,6 @@ class ModelClient:
             loop.close()
         if sync is not None:
             sync.close()
-
-
-@contextlib.contextmanager
-def _model_errors() -> Iterator[None]:
-    """The SDK's typed errors (after its retries) as ModelError, with what the endpoint said."""
-    try:
-        yield
-    except openai.APIStatusError as e:
-        raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
-    except openai.APIError as e:
-        raise ModelError(f"model endpoint failed: {e}") from e
-    except ValueError as e:
-        raise ModelError(f"model endpoint answered something that is not JSON: {e}") from e
-
-
-async def _post(client: openai.AsyncOpenAI, body: dict[str, Any]) -> Any:
-    with _model_errors():
-        resp = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
-        return resp.json()
-
-
-def _post_sync(client: openai.OpenAI, body: dict[str, Any]) -> Any:
-    with _model_errors():
-        return client.post("/chat/completions", body=body, cast_to=httpx.Response).json()
-
-
-class _CallLoop:
-    """An event loop on a daemon thread of its own with the async SDK client made on it.
-
-    A ModelClient that is never closed (a test, a script) ends it when collected: the loop's
-    thread holds no reference to this object, whose finalizer closes the pool and the loop.
-    """
-
-    def __init__(self, make_client: Callable[[], openai.AsyncOpenAI]):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="model-calls", daemon=True)
-        self.thread.start()
-
-        async def make() -> openai.AsyncOpenAI:  # on the loop: the pool's locks belong to it
-            return make_client()
-        self.client = asyncio.run_coroutine_threadsafe(make(), self.loop).result()
-        self._finalizer = weakref.finalize(self, _shut_down, self.loop, self.thread, self.client)
-
-    def call(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        """fn(client, *args) on the loop; its result (or exception) here, when it is done."""
-        try:
-            future = asyncio.run_coroutine_threadsafe(fn(self.client, *args), self.loop)
-        except RuntimeError as e:  # the loop is closed
-            raise ModelError("the model client is closed") from e
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError as e:
-            raise ModelError("the model client was closed while the call was out") from e
-        except BaseException:
-            future.cancel()  # an interrupted caller takes its request back
-            raise
-
-    def close(self) -> None:
-        self._finalizer()
-
-
-def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: openai.AsyncOpenAI) -> None:
-    async def closing() -> None:
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in others:
-            task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
-        try:
-            await client.close()
-        finally:
-            loop.stop()
-
-    if loop.is_closed():
-        return
-    asyncio.run_coroutine_threadsafe(closing(), loop)
-    if threading.current_thread() is thread:  # collected on the loop itself: it stops once this returns
-        return
-    thread.join(timeout=30)
-    if not thread.is_alive():
-        loop.close()
 
 
 def _relay_delta(delta: Any, on_delta: DeltaCallback) -> None:

@@ -231,26 +231,3 @@ class LimitedHttpClient(openai.DefaultHttpxClient):
         # A streamed answer is released at its headers: a rate limit counts requests as they start.
         self.limiter.release(epoch, response.status_code, response.headers)
         return response
-
-
-class AsyncLimitedHttpClient(openai.DefaultAioHttpClient):
-    """LimitedHttpClient for openai.AsyncOpenAI: the same admission, awaited on the event loop.
-
-    Over the SDK's aiohttp transport (openai[aiohttp]): httpcore's async pool scans all its
-    connections on every request and release, probing each idle socket, which at 512 connections
-    cost more than the rest of the call (bench/THROUGHPUT.md, workload 4); aiohttp's connector
-    takes an idle connection in constant time and parses HTTP in C."""
-
-    def __init__(self, limiter: AdaptiveLimiter, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.limiter = limiter
-
-    async def send(self, request, **kwargs):  # type: ignore[override]
-        epoch = await self.limiter.acquire_async()
-        try:
-            response = await super().send(request, **kwargs)
-        except BaseException:
-            self.limiter.release(epoch, None)
-            raise
-        self.limiter.release(epoch, response.status_code, response.headers)
-        return response
