@@ -1,6 +1,6 @@
 """Run-wide admission of model requests: the whole run slows down when the endpoint pushes back.
 
-Every model request of a run (each SDK attempt, retries included) passes one AdaptiveLimiter,
+Every model request of a run (each attempt, retries included) passes one AdaptiveLimiter,
 so a rate limit is felt once for the run instead of by each prompt thread on its own:
 
 * window: requests in flight, at most the ceiling (--num_workers). Additive increase (about
@@ -8,7 +8,7 @@ so a rate limit is felt once for the run instead of by each prompt thread on its
   trip: the answers to requests sent before a decrease do not decrease it again, as in TCP,
   or one burst of 429s would collapse it to one). This is what meets a cap on concurrency.
 * pause: after a 429 (or a 503) no request starts before its Retry-After (`retry-after-ms`,
-  `Retry-After` seconds or date) has passed: the SDK's own retry of that request sleeps as
+  `Retry-After` seconds or date) has passed: the client's own retry of that request sleeps as
   long, and every other thread now waits with it instead of hitting the limit again.
 * pace: starts are spaced in time, which is what meets a cap on requests a minute (a window
   of one still sends hundreds a second to an endpoint that answers in milliseconds). Where
@@ -41,7 +41,7 @@ PACE_DECREASE = 0.9     # pace factor on a throttled round trip
 PACE_RECOVERY = 30      # clean answers that win back a decrease (additive increase)
 MEASURE = 1.0           # seconds of clean answers the first pace is measured over
 DEFAULT_PAUSE = 1.0     # seconds a 429 without Retry-After pauses the run
-MAX_PAUSE = 60.0        # a longer Retry-After is not trusted (the SDK caps its own the same way)
+MAX_PAUSE = 60.0        # a longer Retry-After is not trusted for the whole run
 LOG_EVERY = 10.0        # seconds between "the endpoint throttles" log lines
 
 
@@ -166,7 +166,7 @@ class AdaptiveLimiter:
     def _throttled(self, epoch: int, status: int, headers: Mapping[str, str], now: float) -> None:
         pause = retry_after(headers)
         if pause is None and status == 503:
-            return  # an overloaded server that names no wait: the SDK's backoff is enough
+            return  # an overloaded server that names no wait: the retry's backoff is enough
         pause = min(MAX_PAUSE, pause if pause is not None and pause > 0 else DEFAULT_PAUSE)
         self.resume_at = max(self.resume_at, now + pause)
         self.counts["throttled"] += 1
