@@ -101,7 +101,8 @@ def converse(
     if image_first and sandboxed:
         backend.ensure_image(spec.image)
     box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
-                      prefetch=prefetch and sandboxed, remove_in_background=remove_in_background)
+                      prefetch=prefetch and sandboxed and backend.slow_to_open,
+                      remove_in_background=remove_in_background)
     if on_sandbox is not None:
         on_sandbox(box)
     ctx = context or ToolContext()

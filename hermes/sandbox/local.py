@@ -195,6 +195,7 @@ class LocalBackend(SandboxBackend):
     but what its commands leave, so every lifecycle hook but open() is the default no-op."""
 
     name = "local"
+    slow_to_open = False  # a temporary folder
 
     def open(self, spec: SandboxSpec) -> Sandbox:
         return LocalSandbox(spec, self.settings)

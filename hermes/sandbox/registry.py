@@ -91,6 +91,10 @@ class SandboxBackend:
 
     #: the settings name (`sandbox.backend`) this backend is found by
     name: ClassVar[str] = ""
+    #: opening takes long enough (a container starting) to be worth starting while the model
+    #: thinks (the run's `sandbox.prefetch`); where it does not, prefetch would cost a thread
+    #: per prompt to save nothing
+    slow_to_open: ClassVar[bool] = True
 
     def __init__(self, settings: SandboxSettings):
         self.settings = settings
