@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = systems.run(v, n=n, workers=workers, latency=latency, turns=3, docker=False,
                                 tag=f"w4p{pair}", timeout=3600)
                 rows.append({"pair": pair + 1, "system": v, "pps": r["steady_prompts_per_s"], "mean_call_s": None,
-                             "cpu": r["cpu"], "rss": r["peak_rss_mib"], "written": r["written"], "rc": r["rc"],
+                             "cpu": r["cpu"], "rss": r["peak_pss_mib"], "written": r["written"], "rc": r["rc"],
                              "elapsed_median": r["prompt_stats"].get("elapsed_median")})
                 print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"ours at `{src['commit'][:10]}` {src['subject']}",
              f"{n} prompts, {workers} in flight, 3 calls × {latency} s; ideal {ideal:.1f} prompts/s", "",
              "| pair | system | prompts/s | % of ideal | % of the endpoint floor | CPU s | CPU ms/prompt | "
-             "peak RSS MiB | MiB per prompt in flight | written |",
+             "peak PSS MiB (process tree) | MiB per prompt in flight | written |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fl = next(x["pps"] for x in rows if x["pair"] == r["pair"] and x["system"] == "endpoint floor")
