@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,6 +153,25 @@ def _startup_timeout() -> float:
                  or 120)
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive in the block take effect when it ends (main thread only:
+    elsewhere Python delivers no signal anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)  # now with its own handler (KeyboardInterrupt, or the default)
+
+
 def _start(home: Path, timeout: float) -> ServerState:
     # Prefect's settings and the basics only: the server outlives this run and must not carry its
     # API keys (HERMES_API_KEY, tools' keys) in its environment for days.
@@ -161,9 +181,12 @@ def _start(home: Path, timeout: float) -> ServerState:
     log = home / LOG_FILE
     deadline = time.monotonic() + timeout
     why = "no attempt"
+    version = installed_prefect()
     for _ in range(START_ATTEMPTS):
         port = _free_port()
-        with open(log, "ab") as out:
+        # Recorded at once: a run interrupted while waiting leaves a server the next run finds, not an
+        # orphan. Ctrl-C between the start and the record would leave one nobody knows of: held back.
+        with open(log, "ab") as out, _signals_held():
             out.write(f"--- {datetime.now(timezone.utc).isoformat()} starting on {HOST}:{port}\n".encode())
             out.flush()
             # A session of its own: Ctrl-C in the terminal of the run that started it does not reach it.
@@ -171,10 +194,9 @@ def _start(home: Path, timeout: float) -> ServerState:
                                      "--port", str(port), "--analytics-off"],
                                     cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        state = ServerState(url=f"http://{HOST}:{port}", pid=proc.pid, port=port, log_file=str(log),
-                            started_at=datetime.now(timezone.utc), prefect_version=installed_prefect())
-        # Recorded at once: a run interrupted while waiting leaves a server the next run finds, not an orphan.
-        _write_state(home, state)
+            state = ServerState(url=f"http://{HOST}:{port}", pid=proc.pid, port=port, log_file=str(log),
+                                started_at=datetime.now(timezone.utc), prefect_version=version)
+            _write_state(home, state)
         while proc.poll() is None and time.monotonic() < deadline:
             if healthy(state):
                 return state

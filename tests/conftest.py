@@ -23,8 +23,12 @@ import pytest
 
 # Before Prefect is imported (it reads PREFECT_HOME once); never the user's own ~/.prefect.
 # Test modules also import this file as tests.conftest, a second module: both must name one folder.
-_SESSION_HOME_ENV = "HERMES_TEST_SESSION_PREFECT_HOME"
-SESSION_PREFECT_HOME = Path(os.environ.get(_SESSION_HOME_ENV) or tempfile.mkdtemp(prefix="hermes-test-prefect-home-"))
+# Under pytest-xdist every worker is a session of its own, started with the controller's environment:
+# the variable's name carries the worker's id, so each worker makes (and at its end stops and removes)
+# a home of its own, and no process ever stops another's background server.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_SESSION_HOME_ENV = "HERMES_TEST_SESSION_PREFECT_HOME" + (f"_{_WORKER}" if _WORKER else "")
+SESSION_PREFECT_HOME = Path(os.environ.get(_SESSION_HOME_ENV) or tempfile.mkdtemp(prefix=f"hermes-test-prefect-home-{_WORKER or 'main'}-"))
 os.environ[_SESSION_HOME_ENV] = os.environ["PREFECT_HOME"] = str(SESSION_PREFECT_HOME)
 
 from flows.cli import configure_prefect  # noqa: E402

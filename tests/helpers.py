@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import socket
 import time
 from pathlib import Path
+
+
+def unique_run(name: str) -> str:
+    """A run name no other test uses: containers carry it as their label (hermes-batch.run), and tests
+    that count a run's containers must not count those of a test running next to them (pytest-xdist
+    workers, another checkout's suite on the same engine)."""
+    return f"{name}-{secrets.token_hex(3)}"
 
 
 def script(*turns: dict) -> str:

@@ -13,9 +13,10 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unpullable_image
+from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unique_run, unpullable_image
 
 ROOT = Path(__file__).resolve().parent.parent
+E2E, MIXED, CLI = unique_run("e2e"), unique_run("mixed"), unique_run("cli")  # their containers' label
 
 
 @pytest.fixture
@@ -41,14 +42,14 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
     rows = [{"prompt": p, "source": "e2e"} for p in prompts]
     rows[-1]["cwd"] = "/workspace/project"
     dataset = write_dataset(tmp_path / "prompts.jsonl", rows)
-    settings = run_settings(dataset, "e2e")
+    settings = run_settings(dataset, E2E)
 
     seen_live: set[str] = set()
     stop = threading.Event()
 
     def watch():  # containers must exist while prompts run
         while not stop.is_set():
-            seen_live.update(c.id for c in containers_of(docker_engine, "e2e"))
+            seen_live.update(c.id for c in containers_of(docker_engine, E2E))
             stop.wait(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -59,7 +60,7 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
         stop.set()
         watcher.join()
 
-    out = Path(settings.output_dir) / "e2e"
+    out = Path(settings.output_dir) / E2E
     entries = read_jsonl(out / "trajectories.jsonl")
     humans = [e["conversations"][1]["value"] for e in entries]
     assert sorted(humans) == sorted(prompts)  # every prompt exactly once
@@ -92,7 +93,7 @@ def test_ten_prompts_each_in_its_own_container(tmp_path, run_settings, docker_en
     assert len(hostnames) == 9  # nine prompts, nine different containers
 
     assert len(seen_live) >= 2, "containers should exist while the prompts run"
-    assert containers_of(docker_engine, "e2e") == []  # and none remain
+    assert containers_of(docker_engine, E2E) == []  # and none remain
 
     assert stats["trajectories_written"] == 10 and stats["prompts_failed"] == 0
     on_disk = json.loads((out / "statistics.json").read_text())
@@ -121,11 +122,11 @@ def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_setti
                 {"reasoning": "try", "tool_calls": [{"name": "web_fetch_imaginary", "arguments": {}}]},
                 {"reasoning": "ok", "content": "done"})}]
     # the 500 is retried by the client once, then by the run twice (each a fresh attempt of the prompt)
-    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "mixed", batch_size=5, max_retries=1,
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), MIXED, batch_size=5, max_retries=1,
                             prompt_retries=2)
     settings.sandbox.pull_timeout = 5
     stats = batch_run(settings=settings)
-    entries = read_jsonl(Path(settings.output_dir) / "mixed" / "trajectories.jsonl")
+    entries = read_jsonl(Path(settings.output_dir) / MIXED / "trajectories.jsonl")
     assert [e["conversations"][1]["value"] for e in entries] == ["fine"]
     assert stats["prompts_failed"] == 2
     reasons = stats["failure_reasons"]
@@ -136,18 +137,18 @@ def test_failing_and_unavailable_prompts_do_not_stop_the_run(tmp_path, run_setti
     assert retried["model endpoint 500"]["count"] == 2 and "image unavailable" not in retried
     assert stats["discarded_no_reasoning"] == 1
     assert stats["dropped_hallucinated_tools"] == 1
-    assert containers_of(docker_engine, "mixed") == []
+    assert containers_of(docker_engine, MIXED) == []
 
 
 def test_batch_runner_cli_drop_in(tmp_path, mock_llm, sandbox_image, docker_engine):
     """The reference command line, as a user types it, against an OpenAI-compatible server."""
     dataset = write_dataset(tmp_path / "prompts.jsonl", [{"prompt": f"Prompt {i}"} for i in range(6)])
     cmd = [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size", "5",
-           "--run_name", "cli", "--base_url", mock_llm.base_url, "--model=mock-model", "--num_workers", "8",
+           "--run_name", CLI, "--base_url", mock_llm.base_url, "--model=mock-model", "--num_workers", "8",
            "--reasoning_effort", "high", "--providers_allowed=anthropic,openai", "--provider_sort", "price"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = tmp_path / "data" / "cli"
+    out = tmp_path / "data" / CLI
     assert len(read_jsonl(out / "trajectories.jsonl")) == 6
     assert {"trajectories.jsonl", "batch_0.jsonl", "batch_1.jsonl", "checkpoint.json", "statistics.json"} <= {
         p.name for p in out.iterdir()}
@@ -156,7 +157,7 @@ def test_batch_runner_cli_drop_in(tmp_path, mock_llm, sandbox_image, docker_engi
     bodies = sent["requests"] if isinstance(sent, dict) else sent
     assert bodies and all(b["reasoning"] == {"enabled": True, "effort": "high"} for b in bodies)
     assert all(b["provider"] == {"only": ["anthropic", "openai"], "sort": "price"} for b in bodies)
-    assert containers_of(docker_engine, "cli") == []
+    assert containers_of(docker_engine, CLI) == []
 
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2

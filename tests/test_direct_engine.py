@@ -12,9 +12,10 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import read_jsonl, script, tool_responses, until, write_dataset
+from tests.helpers import read_jsonl, script, tool_responses, unique_run, until, write_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
+INTERRUPTED = unique_run("interrupted")  # its containers' label (test_local_server has an "interrupted" run too)
 
 
 def cli(tmp_path: Path, dataset: Path, run_name: str, base_url: str, *extra: str, env: dict | None = None,
@@ -105,12 +106,12 @@ def test_interrupted_direct_run_removes_its_containers(tmp_path, mock_llm, sandb
         {"reasoning": "ok", "content": "done"})} for i in range(3)]
     dataset = write_dataset(tmp_path / "p.jsonl", rows)
     cmd = [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=3",
-           "--run_name=interrupted", f"--base_url={mock_llm.base_url}", "--model=mock-model", "--engine=direct",
+           f"--run_name={INTERRUPTED}", f"--base_url={mock_llm.base_url}", "--model=mock-model", "--engine=direct",
            "--sandbox_command_timeout=600"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        until(lambda: len(containers_of(docker_engine, "interrupted")) >= 3 and len(mock_llm.requests()) >= 3,
+        until(lambda: len(containers_of(docker_engine, INTERRUPTED)) >= 3 and len(mock_llm.requests()) >= 3,
               "three prompts inside their tool call")
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
         output, _ = proc.communicate(timeout=120)
@@ -119,4 +120,4 @@ def test_interrupted_direct_run_removes_its_containers(tmp_path, mock_llm, sandb
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
     assert "continue with --resume" in output
-    assert containers_of(docker_engine, "interrupted") == [], output[-3000:]
+    assert containers_of(docker_engine, INTERRUPTED) == [], output[-3000:]

@@ -24,9 +24,10 @@ from hermes import journal
 from hermes.rundir import RunLock
 from tests.conftest import containers_of
 from tests.prefect_server import PrefectServer, running_prefect_server
-from tests.helpers import HeaderRecorder, script, until, write_dataset, read_jsonl
+from tests.helpers import HeaderRecorder, script, unique_run, until, write_dataset, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
+KILLED = unique_run("killed")  # its containers' label: no other test's "killed" run is counted
 POOL = "hermes"  # the work pool named in prefect.yaml
 FINAL_WAIT = 420  # seconds before a run that never ends is reported (not a timing assertion)
 CRASH_WAIT = 240  # seconds for the automation to mark a silent run Crashed (it should take 45-60 here)
@@ -462,10 +463,10 @@ def test_a_run_whose_process_dies_is_crashed_and_retry_resumes_it(stack, tmp_pat
     shortened to QUICK_WINDOW) marks the run Crashed (its heartbeats stopped), Retry resumes it, every
     prompt is in the output once."""
     rows = [{"prompt": f"quick {i}"} for i in range(3)] + [_sleepy(f"slow {i}", 6) for i in range(3)]
-    settings = stack.settings(write_dataset(tmp_path / "p.jsonl", rows), "killed", num_workers=6)
+    settings = stack.settings(write_dataset(tmp_path / "p.jsonl", rows), KILLED, num_workers=6)
     run_id = stack.run_deployment("batch-run/batch-run", "--params", json.dumps({"settings": settings}))
-    out = stack.data / "killed"
-    until(lambda: out.is_dir() and len(_journal(out)) >= 3 and len(containers_of(docker_engine, "killed")) >= 3,
+    out = stack.data / KILLED
+    until(lambda: out.is_dir() and len(_journal(out)) >= 3 and len(containers_of(docker_engine, KILLED)) >= 3,
           "the quick prompts done, the slow ones in their containers", timeout=180)
     for pid in [stack.worker.pid, *_descendants(stack.worker.pid)]:
         _signal(pid, signal.SIGKILL)
@@ -487,7 +488,7 @@ def test_a_run_whose_process_dies_is_crashed_and_retry_resumes_it(stack, tmp_pat
     entries = read_jsonl(out / "trajectories.jsonl")
     assert sorted(e["conversations"][1]["value"] for e in entries) == sorted(r["prompt"] for r in rows)
     assert done_before >= 3 and len(_journal(out)) == len(rows)  # what had finished did not run again
-    assert containers_of(docker_engine, "killed") == []
+    assert containers_of(docker_engine, KILLED) == []
 
 
 def test_two_scheduled_runs_of_the_batch_deployment_get_two_folders(stack, tmp_path, docker_engine):

@@ -16,9 +16,10 @@ from mockllm import MockLLM
 from hermes.status import run_status
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import read_jsonl, script, write_dataset
+from tests.helpers import read_jsonl, script, unique_run, write_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
+KILLED = unique_run("killed")  # its containers' label: no other test's "killed" run is counted
 
 
 def first_turn_requests(server: MockLLM) -> list[str]:
@@ -46,13 +47,13 @@ def test_sigkill_at_every_stage_then_resume_gives_each_prompt_once(tmp_path, san
                                             "tool_calls": [{"name": "terminal", "arguments": {"command": f"echo {i}"}}]},
                                            {"reasoning": "done", "content": f"answer {i}"}) for i in range(7)]
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-    run_dir = tmp_path / "data" / "killed"
+    run_dir = tmp_path / "data" / KILLED
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     with MockLLM() as server:
         def start(resume: bool) -> subprocess.Popen:
             cmd = [sys.executable, str(ROOT / "batch_runner.py"), "--dataset_file", str(dataset), "--batch_size", "3",
-                   "--run_name", "killed", "--base_url", server.base_url, "--model", "m", "--num_workers", "1"]
+                   "--run_name", KILLED, "--base_url", server.base_url, "--model", "m", "--num_workers", "1"]
             return subprocess.Popen(cmd + (["--resume"] if resume else []), cwd=tmp_path, env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
@@ -107,7 +108,7 @@ def test_sigkill_at_every_stage_then_resume_gives_each_prompt_once(tmp_path, san
         assert stats["trajectories_written"] == 7
         checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
         assert checkpoint["completed_prompts"] == list(range(7))
-    assert containers_of(docker_engine, "killed") == []
+    assert containers_of(docker_engine, KILLED) == []
 
 
 def _first_turn_index(server: MockLLM, request_count: int) -> int:
