@@ -285,6 +285,46 @@ def test_close_during_prefetch_leaves_nothing(lazy, docker_engine):
         boxes[0].exec("true")
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_an_abort_while_the_container_is_being_made_stops_the_call_that_waits_for_it(sandbox_image, docker_engine,
+                                                                                     prefetch):
+    """A stop (a client that left, a prompt past its deadline) that comes while the engine is still
+    creating the container finds none to end: the call waiting for it must not then run in it."""
+    import threading
+
+    from hermes.sandbox import open_sandbox
+    from hermes.sandbox.lazy import LazySandbox
+
+    run = uniq("abort-while-made")
+    spec = SandboxSpec(image=sandbox_image, run_id=run, prompt_id="0")
+    asked, go_on = threading.Event(), threading.Event()
+
+    def slow_engine():  # the container is created only once the abort has come
+        asked.set()
+        go_on.wait(60)
+        return open_sandbox(spec, SandboxSettings())
+
+    box = LazySandbox(slow_engine, 30, prefetch=prefetch)
+    outcome: list = []
+    call = threading.Thread(target=lambda: outcome.append(_outcome(lambda: box.exec("sleep 300"))))
+    call.start()
+    assert asked.wait(30)
+    box.abort()
+    go_on.set()
+    call.join(60)
+    assert not call.is_alive(), "the call ran in a sandbox that was aborted"
+    assert isinstance(outcome[0], SandboxError) and "closed" in str(outcome[0]), outcome
+    box.close()
+    wait_until("the container made after the abort to go", lambda: containers_of(docker_engine, run) == [])
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except Exception as e:
+        return e
+
+
 def test_prefetch_failure_reaches_the_first_tool_call(lazy, docker_engine):
     from hermes.sandbox import ImageUnavailable
 

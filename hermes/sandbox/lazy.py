@@ -77,6 +77,12 @@ class LazySandbox:
                 except EngineTimeout as e:
                     self._failure = e
                     raise
+            if self._closed:
+                # abort() came while the sandbox was being made (it found none to end): end it here,
+                # or the call would run in it with nobody left to stop it
+                made, self._sandbox = self._sandbox, None
+                made.close(wait=not self._remove_in_background)
+                raise SandboxError("sandbox already closed")
             if self.wait is None:
                 self.wait = time.monotonic() - asked
             return self._sandbox
