@@ -335,7 +335,7 @@ def test_vision_analyze_on_allowlisted_urls_and_data_urls_through_the_cli(tmp_pa
     chart_res, moved, data_url, notes, too_big, broken = [r["content"] for r in tool_responses(entry)]
     assert chart_res["success"] and f"PNG, 12x10 pixels, {len(chart)} bytes, sha256 {sha12(chart)}" in chart_res["analysis"]
     assert moved["success"] and f"sha256 {sha12(chart)}" in moved["analysis"]  # the redirect was followed (and checked)
-    assert data_url["success"] and "PNG, 3x2 pixels" in data_url["analysis"]
+    assert data_url.get("success") and "PNG, 3x2 pixels" in data_url["analysis"], data_url
     assert notes == {"success": False, "analysis": None, "error": notes["error"]} and "not an image" in notes["error"]
     assert too_big["success"] is False and "too large" in too_big["error"] and "100000" in too_big["error"]
     assert broken["success"] is False and "does not decode" in broken["error"]

@@ -20,6 +20,11 @@ import base64
 import os
 from typing import Any, Literal
 
+# Imported here, not in the tool's call: a prompt's parallel tool calls would each import them
+# first in threads of their own, and a module half-initialised by one ('partially initialized
+# module httpx has no attribute URL') failed the other's call.
+import httpx
+import openai
 from pydantic import BaseModel, Field
 
 from hermes.tools import images
@@ -122,8 +127,6 @@ def run_image_generate(ctx: Any, args: dict) -> str:
 # --------------------------------------------------------------------------- backends
 
 def _openai(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: list[images.Image]) -> tuple[bytes, dict]:
-    import openai
-
     base_url, _, key = endpoint_of(ctx, s.base_url, "x", "HERMES_IMAGE_API_KEY")
     if not base_url:
         raise BackendError("no image endpoint is configured: set --image_base_url (HERMES_IMAGE_BASE_URL)", "not_configured")
@@ -160,8 +163,6 @@ def _openai(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: lis
 def _fal(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: list[images.Image]) -> tuple[bytes, dict]:
     """FAL's synchronous run: POST {fal_base_url}/{model} with `Authorization: Key ...`; the answer is
     {"images": [{"url", "width", "height", "content_type"}], "seed", "has_nsfw_concepts", ...}."""
-    import httpx
-
     model = (s.fal_edit_model if inputs else s.model) or "fal-ai/flux/schnell"
     body: dict[str, Any] = {"prompt": prompt, "image_size": FAL_SIZES[aspect], "num_images": 1}
     if inputs:  # FAL takes files as data URIs
@@ -200,8 +201,6 @@ def _b64(text: str) -> bytes:
 
 def _download(ctx: Any, s: ImageGenSettings, url: str) -> bytes:
     """The image at a URL the backend (not the model) gave: trusted like the backend, still capped."""
-    import httpx
-
     try:
         with http_client(ctx).stream("GET", url, timeout=s.timeout, follow_redirects=True) as r:
             if r.status_code != 200:

@@ -13,6 +13,11 @@ import hashlib
 import os
 from typing import Any
 
+# Imported here, not in the tool's call: a prompt's parallel tool calls would each import them
+# first in threads of their own, and a module half-initialised by one ('partially initialized
+# module httpx has no attribute URL') failed the other's call.
+import httpx
+import openai
 from pydantic import BaseModel, Field
 
 from hermes.tools import images
@@ -59,8 +64,6 @@ def endpoint_of(ctx: Any, base_url: str, model: str, key_name: str) -> tuple[str
 
 def openai_client(ctx: Any, kind: str, base_url: str, api_key: str, timeout: float) -> Any:
     """One SDK client per (endpoint, key) for the whole run (ctx.shared closes it at the end)."""
-    import openai
-
     tag = hashlib.sha256(api_key.encode()).hexdigest()[:12]
     return ctx.shared.get(f"{kind}-openai:{base_url}:{tag}:{timeout}",
                           lambda: openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2))
@@ -69,8 +72,6 @@ def openai_client(ctx: Any, kind: str, base_url: str, api_key: str, timeout: flo
 def http_client(ctx: Any):
     """The run's HTTP client for fetching model-named images (no proxies from the environment:
     the address checks must see the real peer)."""
-    import httpx
-
     return ctx.shared.get("images-http", lambda: httpx.Client(trust_env=False, headers={"User-Agent": "hermes-batch"}))
 
 
@@ -97,8 +98,6 @@ def analyse(ctx: Any, image: images.Image, question: str, s: VisionSettings | No
     if endpoint is None:
         return failed(NOT_CONFIGURED)
     base_url, model, key = endpoint
-    import openai
-
     client = openai_client(ctx, "vision", base_url, key, s.timeout)
     try:
         response = client.chat.completions.create(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hermes.tools._common import imported
 from hermes.tools.registry import Tool, Toolset, register
 from hermes.tools.web.settings import WebSettings, unavailable_reason
 
@@ -21,15 +22,11 @@ DEFAULT_CHAR_LIMIT = 15000
 
 
 def run_search(ctx: Any, args: dict) -> dict:
-    from hermes.tools.web.tools import run_search as run
-
-    return run(ctx, args)
+    return imported("hermes.tools.web.tools").run_search(ctx, args)
 
 
 def run_extract(ctx: Any, args: dict) -> dict:
-    from hermes.tools.web.tools import run_extract as run
-
-    return run(ctx, args)
+    return imported("hermes.tools.web.tools").run_extract(ctx, args)
 
 
 # --------------------------------------------------------------------------- registration

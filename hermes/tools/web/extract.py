@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import httpx
 
+from hermes.tools._common import imported
 from hermes.netpolicy import NetPolicy, UrlRefused
 from hermes.tools.web.http import BackendError, FetchError, GuardedFetcher, backend_request
 
@@ -69,7 +70,7 @@ def first_heading(text: str) -> str:
 
 def html_to_text(html: bytes | str, url: str, output_format: str) -> tuple[str, str]:
     """(title, main content as markdown or text) of an HTML page."""
-    import trafilatura  # imported on first use: it loads lxml and its models
+    trafilatura = imported("trafilatura")  # on first use: it loads lxml and its models
 
     fmt = "markdown" if output_format == "markdown" else "txt"
     content = trafilatura.extract(html, url=url, output_format=fmt, include_links=fmt == "markdown",
