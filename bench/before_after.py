@@ -5,8 +5,8 @@
 Each commit is measured from a `git archive` of its product files (bench.run.product_source),
 with its own Prefect home (so its own background server for the default path), on the bench's
 own workload specs (bench.run.workload_specs: workload 1 without containers, 2 with one per
-prompt). Runs alternate before, after, before, after... for each variant (the default path and
-`--engine direct`), so the machine's other load falls on both alike. Prints one JSON line per
+prompt). Runs alternate before, after, after, before... for each variant (the default path and
+`--engine direct`), so the machine's other load and the place in a pair fall on both alike. Prints one JSON line per
 run and a markdown table with each pair's after/before ratios of prompts/s and CPU per prompt;
 `--output` writes the table and the raw runs to a file as well.
 """
@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = specs[w]
             for v in variants:
                 for pair in range(a.pairs):
-                    for label in systems:
+                    # A B, then B A: the run in the second place of a pair is slower (on workload 2
+                    # by about 10%, the engine still busy with the first run's containers), whichever it is
+                    for label in (list(systems) if pair % 2 == 0 else list(systems)[::-1]):
                         r = systems[label].run(VARIANTS[v], n=spec["n"], workers=spec["workers"],
                                                latency=spec["latency"], turns=spec["turns"], docker=spec["docker"],
                                                tag=f"w{w}{label[0]}{pair}", timeout=a.timeout)
