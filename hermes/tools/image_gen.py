@@ -20,9 +20,7 @@ import base64
 import os
 from typing import Any, Literal
 
-# Imported here, not in the tool's call: a prompt's parallel tool calls would each import them
-# first in threads of their own, and a module half-initialised by one ('partially initialized
-# module httpx has no attribute URL') failed the other's call.
+# at load, not in the tool's call: see hermes/tools/vision.py
 import httpx
 import openai
 from pydantic import BaseModel, Field

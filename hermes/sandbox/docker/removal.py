@@ -18,7 +18,7 @@ import requests
 from docker.errors import DockerException, NotFound
 
 from hermes.sandbox import lifecycle
-from hermes.sandbox.base import LABEL_OWNER, LABEL_RUN, Leftover, SandboxError, SandboxSettings
+from hermes.sandbox.base import LABEL_OWNER, LABEL_RUN, EngineTimeout, Leftover, SandboxError, SandboxSettings
 from hermes.sandbox.docker.engine import engine_call, gate, get_client, lifecycle_client
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,15 @@ def remove_one(client: docker.DockerClient, cid: str, settings: SandboxSettings 
                 lifecycle_client(client, settings.engine_timeout).api.remove_container(cid, force=True, v=True)
         return True
     except NotFound:
+        return False
+    except EngineTimeout as e:
+        if settings is not None:
+            # The gate or its time limit gave up (an engine slow right now), not the engine: the
+            # container, and a command a stop waits to see end in it, would live on. Once more,
+            # outside the gate, with the client's own time limit.
+            log.info("removal of %s: %s; asking once more outside the engine gate", cid[:12], e)
+            return remove_one(client, cid)
+        log.warning("could not remove sandbox container %s: %s", cid[:12], e)
         return False
     except (DockerException, SandboxError, requests.exceptions.RequestException) as e:
         log.warning("could not remove sandbox container %s: %s", cid[:12], e)

@@ -145,11 +145,7 @@ class DockerSandbox:
         self._link.close()
         if self.container_id:
             if wait:
-                # A stop waits here for its command to end with the container. If the gated call gave
-                # up (the engine slow for engine_timeout, its gate full) the container and the command
-                # in it would live on: ask once more, outside the gate, with the client's own time limit.
-                if not remove_one(self.client, self.container_id, self.settings):
-                    remove_one(self.client, self.container_id)
+                remove_one(self.client, self.container_id, self.settings)
             else:
                 removals.remove_later(self.client, self.container_id, self.settings)
 
