@@ -169,6 +169,10 @@ class RunIndex:
     def index_batch(self, batch_num: int, path: Path, size: int | None = None) -> None:
         self._index([(batch_num, path, path.stat().st_size if size is None else size)], stale={batch_num})
 
+    def index_batches(self, files: list[tuple[int, Path]]) -> None:
+        """Index these batch files as they are now, in one go (each statement costs a millisecond or more)."""
+        self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
+
     def _index(self, files: list[tuple[int, Path, int]], stale: set[int], gone: set[int] = frozenset()) -> None:
         """(Re)index files, in transactions of about _CHUNK lines (DuckDB holds uncommitted rows in memory).
 

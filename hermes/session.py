@@ -21,6 +21,11 @@ from hermes.run_index import RunIndex
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 5.0  # seconds between checkpoint.json rewrites while batches land
+#: seconds between index updates while batches land. Indexing one batch at a time cost about 9 ms
+#: of the interpreter's time each, taken from the prompts in flight (512 batches of a 2048-prompt
+#: run: 4.6 s). The journal is the truth: a file landed but not yet indexed when the process dies
+#: is indexed by the next start, which compares each file's size with the index's.
+INDEX_INTERVAL = 1.0
 
 
 @dataclass
@@ -41,6 +46,8 @@ class RunSession:
     prompts_run: int = 0
     sandboxes: SandboxRun | None = None
     _checkpoint_at: float = 0.0
+    _indexed_at: float = 0.0
+    _landed: list[tuple[int, Path]] = field(default_factory=list)
 
     @classmethod
     def open(cls, settings: RunSettings, api_key: str | None = None) -> "RunSession":
@@ -101,15 +108,26 @@ class RunSession:
         return batches
 
     def record(self, batch: Batch) -> None:
-        """A batch finished: index its file and bring checkpoint.json up to date (at most every few seconds)."""
+        """A batch finished: index its file (with the others landed within INDEX_INTERVAL) and bring
+        checkpoint.json up to date (at most every few seconds)."""
         path = self.path / f"batch_{batch.num}.jsonl"
         if path.exists():
-            self.index.index_batch(batch.num, path)
+            self._landed.append((batch.num, path))
         self.prompts_run += len(batch.rows)
-        if time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
+        now = time.monotonic()
+        if now - self._indexed_at >= INDEX_INTERVAL:
+            self._index_landed()
+        if now - self._checkpoint_at >= CHECKPOINT_INTERVAL:
             self.write_checkpoint()
 
+    def _index_landed(self) -> None:
+        landed, self._landed = self._landed, []
+        if landed:
+            self.index.index_batches(landed)
+        self._indexed_at = time.monotonic()
+
     def write_checkpoint(self) -> None:
+        self._index_landed()  # the checkpoint is read off the index
         # A join over the whole dataset: throttled, so a run of many small batches stays linear.
         rundir.write_checkpoint(self.path, self.settings.run_name, self.index.completed_json(),
                                 self.index.batch_stats())
