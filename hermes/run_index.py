@@ -166,9 +166,6 @@ class RunIndex:
         if gone or changed:
             self._index(changed, stale=gone | {num for num, _, _ in changed if num in known}, gone=gone)
 
-    def index_batch(self, batch_num: int, path: Path, size: int | None = None) -> None:
-        self._index([(batch_num, path, path.stat().st_size if size is None else size)], stale={batch_num})
-
     def index_batches(self, files: list[tuple[int, Path]]) -> None:
         """Index these batch files as they are now, in one go (each statement costs a millisecond or more)."""
         self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
