@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner, TaskRunner
 
-from hermes import orchestration, rundir
+from hermes import local_processes, orchestration, rundir
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import started_in_this_flow_run
@@ -24,13 +24,19 @@ from tasks.steps import PrefectSteps
 
 def task_runner(settings: RunSettings) -> TaskRunner:
     """Where batch tasks run. Without a Dask address: threads of the flow-run process,
-    num_workers batches at once at most. With one: that Dask cluster's workers (prefect-dask),
-    as many batches at once as the cluster has worker threads; num_workers then bounds the
-    prompts in flight in each worker process (hermes/remote.py)."""
+    num_workers batches at once at most, or past a few hundred prompts in flight worker
+    processes of this machine sharing num_workers (hermes/local_processes.py). With one: that
+    Dask cluster's workers (prefect-dask), as many batches at once as the cluster has worker
+    threads; num_workers then bounds the prompts in flight in each worker process (hermes/remote.py)."""
     if settings.dask_address:
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=settings.dask_address)
+    if local_processes.processes_for(settings) > 1:  # many prompts in flight: worker processes of this machine
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                              cluster_kwargs=local_processes.cluster_kwargs(settings))
     return ThreadPoolTaskRunner(max_workers=settings.num_workers)
 
 

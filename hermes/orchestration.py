@@ -10,9 +10,10 @@ flow (flows/batch.py, tasks/steps.py) gives tasks, its task runner, progress art
 way on when its API goes away. A run started one way resumes the other way: the journal,
 index, checkpoint and outputs are the same. Nothing here imports Prefect.
 
-With settings.dask_address the batches run on a Dask cluster's workers (hermes/remote.py):
-they get plain data, not this process's run context, and progress is counted from the
-journal as it lands (progress.JournalTail) instead of from callbacks in this process.
+With settings.dask_address the batches run on a Dask cluster's workers (hermes/remote.py), and
+with more than a few hundred prompts in flight on worker processes of this machine
+(hermes/local_processes.py): they get plain data, not this process's run context, and progress
+is counted from the journal as it lands (progress.JournalTail) instead of from callbacks here.
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ import gc
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from hermes import merge, runner
+from hermes import local_processes, merge, remote, runner
 from hermes.outcome import check_failed_share
 from hermes.progress import JournalTail, ProgressLine
+from hermes.remote import RunOrder
 from hermes.rundir import RunRefused
 from hermes.session import Batch, RunSession
 from hermes.settings import RunSettings
@@ -60,6 +62,18 @@ class Steps:
 
     @contextlib.contextmanager
     def fan_out(self, settings: RunSettings) -> Iterator[Submit]:
+        if local_processes.processes_for(settings) > 1:
+            with local_processes.cluster(settings) as submit:
+                orders: list[RunOrder] = []
+
+                def on_worker(batch: Batch, ctx: runner.RunContext) -> BatchFuture:
+                    if not orders:  # plain data, the same for every batch of the run
+                        orders.append(RunOrder.of(ctx))
+                    # the key as this process resolved it (an argument of direct.run, or the environment)
+                    return submit(remote.run_batch, batch.num, batch.rows, orders[0], ctx.client.api_key,
+                                  key=f"batch-{batch.num}")
+                yield on_worker
+            return
         # num_workers batches at once at most; the run's limiter bounds prompts in flight across them.
         with concurrent.futures.ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="batch") as pool:
             yield lambda batch, ctx: pool.submit(runner.run_batch, batch.num, batch.rows, ctx)
@@ -116,7 +130,7 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
     try:
         batches = steps.plan(session)
         on_done = steps.progress(settings.run_name, sum(len(b.rows) for b in batches))
-        if settings.dask_address:  # prompts finish in other processes: count them from the journal
+        if local_processes.elsewhere(settings):  # prompts finish in other processes: count them from the journal
             tail = JournalTail(session.path, [b.num for b in batches], on_done).start()
         else:
             session.ctx.on_prompt_done = on_done

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from hermes import journal, runner
+from hermes import journal, local_processes, runner
 from hermes.dataset import Row
 from hermes.entry import Status
 from hermes.sandbox import SandboxRun
@@ -47,8 +47,13 @@ class RunOrder(BaseModel):
 
     @classmethod
     def of(cls, ctx: runner.RunContext) -> "RunOrder":
-        """The order for the run this (the flow's) context is of: its run folder made absolute."""
-        return cls(settings=ctx.settings, run_dir=str(ctx.run_dir.resolve()), prefill=ctx.prefill)
+        """The order for the run this (the flow's) context is of: its run folder made absolute.
+        Worker processes of this machine (hermes.local_processes) each get their share of
+        num_workers; a Dask cluster's workers each get all of it."""
+        settings = ctx.settings
+        if local_processes.processes_for(settings) > 1:
+            settings = settings.model_copy(update={"num_workers": local_processes.share(settings)})
+        return cls(settings=settings, run_dir=str(ctx.run_dir.resolve()), prefill=ctx.prefill)
 
 
 class _WorkerRun:

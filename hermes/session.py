@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from hermes import rundir
+from hermes import local_processes, rundir
 from hermes.dataset import Dataset, Row, read_dataset
 from hermes.runner import RunContext
 from hermes.sandbox import SandboxRun, WeakerSandbox, get_backend
 from hermes.sandbox.lifecycle import owner_label
 from hermes.settings import RunSettings
+from hermes.workerfiles import forget_dead_workers
 from hermes.run_index import RunIndex
 
 log = logging.getLogger(__name__)
@@ -145,5 +146,12 @@ class RunSession:
             try:
                 if self.sandboxes:
                     self.sandboxes.close(timeout=120.0)
+                    if local_processes.processes_for(self.settings) > 1:
+                        # this machine's worker processes are gone by now: what a killed one left goes too
+                        try:
+                            self.ctx.backend.cleanup(self.settings.run_name)
+                            forget_dead_workers(self.path)  # what their files counted just went
+                        except Exception as e:  # the run's outputs stand; the next start sweeps again
+                            log.warning("could not sweep the worker processes' containers: %s", e)
             finally:
                 self.lock.release()

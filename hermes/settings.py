@@ -93,6 +93,10 @@ class RunSettings(AgentSettings):
                     "against its own machine's Docker engine; output_dir must be shared storage mounted at the "
                     f"same path everywhere. Unset: threads of this process (default: ${DASK_ADDRESS_ENV})",
         json_schema_extra={"pattern": f"^({DASK_ADDRESS_PATTERN})?$"})
+    worker_processes: int = Field(
+        1, gt=0, description="processes on this machine that run the prompts, --num_workers shared among them "
+                             "(a Dask LocalCluster): past one core's worth of work for one interpreter; 1: threads "
+                             "of the run's own process; ignored with dask_address")
     resume: bool = Field(False, description="continue an existing run")
     verbose: bool = Field(False, description="detailed logs")
     max_samples: int | None = Field(None, gt=0, description="only the first N rows")

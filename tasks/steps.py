@@ -16,7 +16,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 
-from hermes import merge, orchestration
+from hermes import local_processes, merge, orchestration
 from hermes.remote import RunOrder
 from hermes.session import Batch, RunSession
 from hermes.settings import RunSettings
@@ -48,7 +48,7 @@ class PrefectSteps(orchestration.Steps):
     @contextlib.contextmanager
     def fan_out(self, settings: RunSettings) -> Iterator[orchestration.Submit]:
         with self.task_runner(settings) as pool:
-            if not settings.dask_address:
+            if not local_processes.elsewhere(settings):
                 yield lambda batch, ctx: pool.submit(run_batch, {"batch": batch, "ctx": quote(ctx)})
                 return
             orders: dict[str, RunOrder] = {}
