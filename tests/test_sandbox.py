@@ -545,6 +545,24 @@ def test_local_close_removes_folder(local):
     assert not root.exists()
 
 
+def test_local_folders_closed_in_the_background_are_gone_once_the_backend_drained():
+    from hermes.sandbox import get_backend
+
+    backend = get_backend(SandboxSettings(backend="local"))
+    boxes = [backend.open(SandboxSpec(image="x")) for _ in range(20)]
+    for i, box in enumerate(boxes):
+        box.write_file(f"deep/{i}/notes.txt", b"x" * 1000)
+        held = box.exec("sleep 61.4142 & echo started")  # a command left running is killed at close, not later
+        assert held.output.strip() == "started"
+        box.close(wait=False)
+        with pytest.raises(SandboxError):
+            box.exec("true")
+    assert backend.drain(30)
+    assert not [b.root for b in boxes if b.root.exists()]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 61.4142" not in ps
+
+
 def test_open_sandbox_local_is_explicit():
     sb = open_sandbox(SandboxSpec(image="x"), SandboxSettings(backend="local"))
     try:

@@ -12,8 +12,10 @@ temporary folder (absolute ones too); paths inside commands are the host's.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import queue
 import selectors
 import shutil
 import signal
@@ -170,14 +172,18 @@ class LocalSandbox:
         """Nothing to get ready: the folder exists from the start."""
 
     def close(self, wait: bool = True) -> None:
-        """Kill what is left of its commands and remove the folder (at once: `wait` changes nothing)."""
+        """Kill what is left of its commands now and remove the folder: before returning, or
+        with `wait=False` in the background (the backend's drain() waits for that)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         for pgid in list(self._groups):
             self._killpg(pgid)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if wait:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            removals.put(self.root)
 
     def __enter__(self) -> "LocalSandbox":
         return self
@@ -189,13 +195,57 @@ class LocalSandbox:
         return f"LocalSandbox(root={str(self.root)!r}, cwd={self.cwd!r})"
 
 
+class _Removals:
+    """Folders of sandboxes closed with wait=False, removed by one background thread: a prompt's
+    worker slot is free before its files are gone (removing a tree costs a prompt a tenth of a
+    second at hundreds in flight, each file call waiting for the interpreter lock again)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Path] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def put(self, root: Path) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="local-sandbox-removal", daemon=True)
+                self._thread.start()
+        self._queue.put(root)
+
+    def _work(self) -> None:
+        while True:
+            root = self._queue.get()
+            try:
+                shutil.rmtree(root, ignore_errors=True)
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout: float | None) -> bool:
+        """Wait until every folder handed over is gone; False if some are left after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(left)
+        return True
+
+
+removals = _Removals()
+atexit.register(removals.drain, 30.0)  # a process that never drained still leaves no folders behind
+
+
 @register
 class LocalBackend(SandboxBackend):
     """Commands on this host, in a temporary folder per prompt. Nothing outlives the process
-    but what its commands leave, so every lifecycle hook but open() is the default no-op."""
+    but what its commands leave; folders closed in the background are waited for by drain()."""
 
     name = "local"
     slow_to_open = False  # a temporary folder
 
     def open(self, spec: SandboxSpec) -> Sandbox:
         return LocalSandbox(spec, self.settings)
+
+    def drain(self, timeout: float | None = 60.0) -> bool:
+        return removals.drain(timeout)
