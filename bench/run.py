@@ -41,7 +41,8 @@ BASE_IMAGE = "hermes-sandbox:latest"
 #: the systems compared: "ours" as a user runs it by default (a Prefect flow on the local background
 #: server of its PREFECT_HOME, which the first run of "ours", the warm-up, starts and the others reuse),
 #: "ours-server" with a standing `prefect server start` (PREFECT_API_URL), "ours-direct" with --engine direct
-SHORT = {"reference": "ref", "ours": "our", "ours-server": "srv", "ours-direct": "dir"}
+#: "ours-direct-2p": --engine direct over two worker processes of this machine (--worker_processes 2)
+SHORT = {"reference": "ref", "ours": "our", "ours-server": "srv", "ours-direct": "dir", "ours-direct-2p": "d2p"}
 
 
 # --------------------------------------------------------------------------- set-up
@@ -224,8 +225,10 @@ class Systems:
             env["PREFECT_API_URL"] = self.server.api_url
         cmd = [sys.executable, str(self.src / "batch_runner.py"), *common, "--output_dir", str(out / "data"),
                "--sandbox_backend", "docker" if docker else "local", "--sandbox_image", BENCH_IMAGE]
-        if system == "ours-direct":
+        if system.startswith("ours-direct"):
             cmd += ["--engine", "direct"]
+        if system == "ours-direct-2p":
+            cmd += ["--worker_processes", "2"]
         return cmd, env, out
 
     def run(self, system: str, *, n: int, workers: int, latency: float, turns: int, docker: bool,

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--ref", default="HEAD", help="the commit of ours to measure")
     p.add_argument("--no-default", action="store_true", help="leave out the default (Prefect) path")
+    p.add_argument("--processes", action="store_true",
+                   help="also ours with --engine direct over two worker processes (--worker_processes 2)")
     p.add_argument("--output", default=None)
     a = p.parse_args(argv)
     n, workers, latency = a.prompts, a.workers, a.latency
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     src = product_source(scratch, "head", a.ref)
     systems = Systems(scratch, None, None, Path(src["path"]))
     log(f"ours at {src['commit'][:10]}; ideal {ideal:.1f} prompts/s")
-    variants = ["ours-direct"] + ([] if a.no_default else ["ours"])
+    variants = ["ours-direct"] + (["ours-direct-2p"] if a.processes else []) + ([] if a.no_default else ["ours"])
     rows: list[dict[str, Any]] = []
     try:
         for v in variants:
