@@ -5,7 +5,10 @@ import json
 import re
 import secrets
 import socket
+import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 
@@ -39,16 +42,24 @@ def tool_responses(entry: dict) -> list[dict]:
     return out
 
 
-def until(predicate, what: str, timeout: float = 120.0, every: float = 0.2):
-    """Poll until predicate() is truthy (a bound against hanging, not a timing assertion)."""
+def until(predicate, what: str, timeout: float = 120.0, every: float = 0.2, stacks: bool = False):
+    """Poll until predicate() is truthy (a bound against hanging, not a timing assertion).
+    stacks: on giving up, the message carries every thread's stack (what the hang waits on)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
+            raise AssertionError(f"gave up waiting for {what}" + (thread_stacks() if stacks else ""))
         time.sleep(every)
+
+
+def thread_stacks() -> str:
+    """Every thread of this process, with the stack it is in now."""
+    frames = sys._current_frames()
+    return "".join(f"\n--- thread {t.name} ---\n" + "".join(traceback.format_stack(frames[t.ident]))
+                   for t in threading.enumerate() if t.ident in frames)
 
 
 def free_port() -> int:
