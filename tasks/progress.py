@@ -1,6 +1,7 @@
 """Progress of a run, shown twice: a Prefect progress artifact and a line in the terminal."""
 from __future__ import annotations
 
+import contextvars
 import threading
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -28,7 +29,12 @@ class RunProgress(ProgressLine):
         self._artifact = link.call("create the progress artifact", lambda: create_progress_artifact(
             progress=0.0 if total else 100.0, key="progress-" + artifact_key(run_name),
             description=f"Prompts finished in run '{run_name}' ({total} owed at start)"))
-        self._poster = threading.Thread(target=self._post, name="progress-artifact", daemon=True)
+        # In this context's copy: Prefect's settings (the API URL of an in-process caller's
+        # temporary_settings) live in context variables, which a plain thread does not inherit;
+        # without them its first update booted an ephemeral server of its own (seconds, and the
+        # artifact never moved).
+        self._poster = threading.Thread(target=contextvars.copy_context().run, args=(self._post,),
+                                        name="progress-artifact", daemon=True)
         if self._artifact is not None:
             self._poster.start()
 
