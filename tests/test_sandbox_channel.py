@@ -226,6 +226,32 @@ def test_a_concurrent_call_does_not_wait_for_a_long_command(sb, docker_engine):
     assert done == ["quick", "slow"]
 
 
+def test_closing_ends_the_commands_waited_on_in_the_channel_and_in_an_exec_of_their_own(make, docker_engine):
+    # What a stop relies on (an API client that left, a prompt past its time): the close, from
+    # another thread, ends every command a tool call is waiting on, whichever stream it is on.
+    sb = make(command_timeout=900)
+    ended: dict[str, object] = {}
+
+    def hold(name: str) -> None:
+        try:
+            ended[name] = sb.exec(f"while [ ! -e /tmp/{name} ]; do sleep 0.05; done; echo {name}").output
+        except SandboxError as e:
+            ended[name] = e
+
+    first = threading.Thread(target=hold, args=("channel",))
+    first.start()
+    wait_until("the channel's command", lambda: "/tmp/channel" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    second = threading.Thread(target=hold, args=("own",))  # the channel is busy: an exec of its own
+    second.start()
+    wait_until("the second command", lambda: "/tmp/own" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    sb.close(wait=False)
+    first.join(60)
+    second.join(60)
+    assert not first.is_alive() and not second.is_alive(), "a command outlived its sandbox's close"
+    assert "channel\n" != ended["channel"] and "own\n" != ended["own"]  # neither was let through
+    assert drain_removals(120)
+
+
 def test_a_shell_that_cannot_serve_a_channel_falls_back_to_an_exec_per_call(sb, docker_engine, monkeypatch):
     # Stands in for an image whose shell lacks what the channel needs (base64, head): its channel
     # shell ends at once. Every call then gets an exec of its own, as before the channel.

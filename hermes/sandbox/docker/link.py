@@ -44,6 +44,8 @@ class ChannelLink:
         self.chan: Channel | None = None
         self._lock = threading.Lock()  # one request at a time on the channel
         self.usable = True             # False once its shell failed to answer: per-call execs only
+        self._state = threading.Lock()  # close() against a channel being opened
+        self._closed = False
 
     def warm(self) -> None:
         """Open the channel now (e.g. while the model thinks) rather than at first use."""
@@ -57,7 +59,9 @@ class ChannelLink:
             self._lock.release()
 
     def close(self) -> None:
-        chan, self.chan = self.chan, None
+        with self._state:
+            self._closed = True
+            chan, self.chan = self.chan, None
         if chan is not None:
             chan.close()
 
@@ -99,7 +103,12 @@ class ChannelLink:
             log.info("sandbox %s: no command channel (%s); every call gets an exec of its own",
                      self.sb.container_id[:12], payload.decode("utf-8", "replace").strip()[:200] or f"exit {code}")
             return None
-        self.chan = chan
+        with self._state:
+            if self._closed:
+                # closed while this one was being greeted: nobody would end what is sent on it
+                chan.close()
+                raise SandboxError("sandbox is closed")
+            self.chan = chan
         return chan
 
     def _hello(self, chan: Channel, text: bytes, deadline: float) -> str:

@@ -84,6 +84,8 @@ class DockerSandbox:
         self._oom_seen = 0
         self._lock = threading.Lock()
         self._link = ChannelLink(self)
+        #: commands' exec streams outside the channel: close() shuts them, so their readers end now
+        self._streams: set[Frames] = set()
         self._create()
 
     # -- life ---------------------------------------------------------------
@@ -141,8 +143,11 @@ class DockerSandbox:
             if self._closed:
                 return
             self._closed = True
+            streams, self._streams = list(self._streams), set()
         removals.closed(self)
         self._link.close()
+        for frames in streams:  # a command waited on ends now, not when the engine closes its stream
+            frames.close()
         if self.container_id:
             if wait:
                 remove_one(self.client, self.container_id, self.settings)
@@ -265,8 +270,14 @@ class DockerSandbox:
             exec_id, frames = self.exec_socket(["sh", "-c", channel.WRAPPER, "hermes-exec", nonce, fmt_seconds(limit),
                                                 workdir, command])
             try:
+                with self._lock:
+                    if self._closed:
+                        raise SandboxError("sandbox is closed")
+                    self._streams.add(frames)
                 out = self._read_output(frames, nonce, deadline, cap, None)
             finally:
+                with self._lock:
+                    self._streams.discard(frames)
                 frames.close()
             if isinstance(out.broke, OSError):
                 raise SandboxError(f"exec stream broke: {out.broke}") from out.broke
