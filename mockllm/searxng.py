@@ -13,7 +13,8 @@ Endpoints
 ``GET /pages/NAME``                a page; ``/pages/`` lists them
 ``GET /redirect?to=URL``           302 to URL
 ``GET /slow?seconds=S``            a page after S seconds
-``GET /flaky/ID?fail=N``           429 with Retry-After: 1 the first N times for ID (default 1), then a page
+``GET /flaky/ID?fail=N``           429 with Retry-After: 1 (or ``&retry_after=S``) the first N times for ID
+                                   (default 1), then a page
 ``GET /large?kb=N``                an N KiB HTML page (default 512)
 ``GET /_stats``                    hits per path (tests check what was fetched, and how often)
 """
@@ -175,7 +176,7 @@ def _handler(server: SearxngServer) -> type[BaseHTTPRequestHandler]:
                 return self.send(200, demo_html("A slow page", "This page took its time."), TYPES[".html"])
             if path.startswith("/flaky/"):
                 if server.flaky_attempt(path) <= int(query.get("fail", "1")):
-                    return self.send(429, '{"error": "rate limited"}', Retry_After="1")
+                    return self.send(429, '{"error": "rate limited"}', Retry_After=query.get("retry_after", "1"))
                 return self.send(200, demo_html("A rate-limited page", "This page answered after a 429."), TYPES[".html"])
             if path == "/large":
                 kb = int(query.get("kb", "512"))

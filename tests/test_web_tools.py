@@ -453,7 +453,8 @@ def test_a_minimal_batch_run_searches_extracts_and_resumes_from_its_cache(tmp_pa
     base = searx.base_url
     port = base.rsplit(":", 1)[1]
     odd_pages = [f"{base}/large?kb=128", f"{base}/slow?seconds=4", f"{base}/redirect?to=http://[::1]:{port}/pages/never.html",
-                 f"{base}/flaky/batch?fail=1"]
+                 # a short Retry-After: the wait and the retry fit in the 2 s limit however slow the first 429 is
+                 f"{base}/flaky/batch?fail=1&retry_after=0.2"]
     rows = [{"prompt": "What can axolotls regrow?"}, {"prompt": "Where do axolotls live? Read the field notes."},
             {"prompt": "odd pages " + script(
                 {"reasoning": "Read these.", "tool_calls": [{"name": "web_extract",
