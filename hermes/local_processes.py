@@ -13,7 +13,9 @@ stays the ceiling of the whole run. The run's own process keeps the index, the l
 containers of the run they left (a worker killed mid-prompt). Worker processes read the model
 API key from the environment they inherit (the CLI's --api_key is put there) unless the
 direct engine hands them the key it was given, and each adapts to the endpoint's rate limits
-on its own.
+on its own. Their logs are printed as the run's process prints its own (on the direct engine a
+Dask preload, `dask_setup`, gives them its handler's format and level; under Prefect its own
+handlers do it in every process).
 """
 from __future__ import annotations
 
@@ -57,10 +59,35 @@ def cluster_kwargs(settings: RunSettings) -> dict[str, Any]:
             "memory_limit": "auto", "config": _worker_config()}
 
 
-def _worker_config() -> dict[str, Any]:
+def _worker_config(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     import dask.config
 
-    return dask.config.merge(dask.config.config, WORKER_CONFIG)  # a Nanny's config replaces the worker's
+    return dask.config.merge(dask.config.config, WORKER_CONFIG, extra or {})  # a Nanny's config replaces the worker's
+
+
+def _our_logging() -> dict[str, Any]:
+    """How this process prints hermes' logs (the direct engine's handler), for its worker processes
+    to print theirs alike. Under Prefect its own handlers do that in every process."""
+    logger = logging.getLogger("hermes")
+    formatter = next((h.formatter for h in logger.handlers if h.formatter is not None), None)
+    if formatter is None:
+        return {}
+    return {"hermes": {"log": {"level": logger.getEffectiveLevel(), "format": formatter._fmt,
+                               "datefmt": formatter.datefmt}}}
+
+
+def dask_setup(worker: Any) -> None:
+    """Run in each worker process as it starts (a Dask preload): hermes' logs as the run's process prints them."""
+    import dask.config
+
+    how = dask.config.get("hermes.log", None)
+    if not how:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(how["format"], how["datefmt"]))
+    logger = logging.getLogger("hermes")
+    logger.setLevel(how["level"])
+    logger.addHandler(handler)
 
 
 def _bridged(dask_future: Any) -> concurrent.futures.Future:
@@ -84,6 +111,8 @@ def cluster(settings: RunSettings) -> Iterator[Callable[..., concurrent.futures.
     from distributed import Client, LocalCluster
 
     kwargs = cluster_kwargs(settings)
+    if logs := _our_logging():
+        kwargs.update(config=_worker_config(logs), preload=[__name__])
     log.info("run '%s': prompts in %d worker processes on this machine, %d in flight in each",
              settings.run_name, kwargs["n_workers"], kwargs["threads_per_worker"])
     with LocalCluster(**kwargs) as local, Client(local) as client:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -74,12 +75,16 @@ def test_a_direct_run_over_two_worker_processes(tmp_path, docker_engine, sandbox
         done = subprocess.run(
             [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={tmp_path / 'd.jsonl'}", "--batch_size=2",
              f"--run_name={name}", f"--base_url={server.base_url}", "--model=mock-model", "--num_workers=4",
-             "--worker_processes=2", "--distribution=terminal_only", "--sandbox_prefetch=false", "--engine=direct"],
+             "--worker_processes=2", "--distribution=terminal_only", "--sandbox_prefetch=false", "--engine=direct",
+             "--verbose"],
             cwd=tmp_path, capture_output=True, text=True, timeout=600)
         peak = server.stats()["max_in_flight"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert "prompts in 2 worker processes on this machine, 2 in flight in each" in done.stderr
     assert "18/18 prompts (100%)" in done.stderr  # progress, counted from the journal
+    # the worker processes' logs, printed as the run's own process prints its own
+    started = re.findall(r"^\d\d:\d\d:\d\d\.\d{3} \| DEBUG   \| hermes\.runner - prompt (\d+) started", done.stderr, re.M)
+    assert sorted(map(int, started)) == list(range(18))
     check_outputs(tmp_path / "data" / name, sent, peak, 4)
     assert not containers_of(docker_engine, name)
 
