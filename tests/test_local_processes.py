@@ -123,14 +123,17 @@ def test_a_killed_worker_process_s_container_goes_and_its_prompt_runs_again(tmp_
 
         runner = threading.Thread(target=lambda: outcome.update(stats=direct.run(settings)), daemon=True)
         runner.start()
-        # the slow prompt's container, made by a worker process: kill that process mid-command
-        until(lambda: containers_of(docker_engine, name), "the slow prompt's container", timeout=120)
-        box = containers_of(docker_engine, name)[0]
-        box.reload()
-        owner = box.labels["hermes-batch.owner"]
-        assert owner.rpartition(":")[0] == socket.gethostname() and owner != f"{socket.gethostname()}:{os.getpid()}"
-        os.kill(int(owner.rpartition(":")[2]), signal.SIGKILL)
-        runner.join(300)
+        try:
+            # the slow prompt's container (row 0; the run's own process makes a limit probe too),
+            # made by a worker process: kill that process mid-command
+            slow_box = lambda: [c for c in containers_of(docker_engine, name)  # noqa: E731
+                                if (c.attrs.get("Labels") or {}).get("hermes-batch.prompt") == "0"]
+            box = until(slow_box, "the slow prompt's container", timeout=120)[0]
+            owner = box.attrs["Labels"]["hermes-batch.owner"]
+            assert owner.rpartition(":")[0] == socket.gethostname() and owner != f"{socket.gethostname()}:{os.getpid()}"
+            os.kill(int(owner.rpartition(":")[2]), signal.SIGKILL)
+        finally:
+            runner.join(300)  # never leave the run going into the next tests
         assert not runner.is_alive(), "the run did not finish after its worker process was killed"
     stats = outcome["stats"]
     assert stats["trajectories_written"] == 6 and stats["prompts_failed"] == 0
