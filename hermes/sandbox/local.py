@@ -12,10 +12,9 @@ temporary folder (absolute ones too); paths inside commands are the host's.
 """
 from __future__ import annotations
 
-import atexit
+import concurrent.futures
 import logging
 import os
-import queue
 import selectors
 import shutil
 import signal
@@ -198,42 +197,32 @@ class LocalSandbox:
 class _Removals:
     """Folders of sandboxes closed with wait=False, removed by one background thread: a prompt's
     worker slot is free before its files are gone (removing a tree costs a prompt a tenth of a
-    second at hundreds in flight, each file call waiting for the interpreter lock again)."""
+    second at hundreds in flight, each file call waiting for the interpreter lock again). The
+    executor's thread finishes what is queued before the interpreter exits."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Path] = queue.Queue()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="local-sandbox-removal")
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._pending: set[concurrent.futures.Future] = set()
 
     def put(self, root: Path) -> None:
+        future = self._pool.submit(shutil.rmtree, root, ignore_errors=True)
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="local-sandbox-removal", daemon=True)
-                self._thread.start()
-        self._queue.put(root)
+            self._pending.add(future)
+        future.add_done_callback(self._done)
 
-    def _work(self) -> None:
-        while True:
-            root = self._queue.get()
-            try:
-                shutil.rmtree(root, ignore_errors=True)
-            finally:
-                self._queue.task_done()
+    def _done(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
 
     def drain(self, timeout: float | None) -> bool:
         """Wait until every folder handed over is gone; False if some are left after `timeout` s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._queue.all_tasks_done.wait(left)
-        return True
+        with self._lock:
+            pending = list(self._pending)
+        return not concurrent.futures.wait(pending, timeout).not_done
 
 
 removals = _Removals()
-atexit.register(removals.drain, 30.0)  # a process that never drained still leaves no folders behind
 
 
 @register
