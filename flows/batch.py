@@ -24,15 +24,15 @@ from tasks.steps import PrefectSteps
 
 def task_runner(settings: RunSettings) -> TaskRunner:
     """Where batch tasks run. Without a Dask address: threads of the flow-run process,
-    num_workers batches at once at most, or past a few hundred prompts in flight worker
-    processes of this machine sharing num_workers (hermes/local_processes.py). With one: that
+    num_workers batches at once at most, or with worker_processes > 1 worker processes of this
+    machine sharing num_workers (hermes/local_processes.py). With one: that
     Dask cluster's workers (prefect-dask), as many batches at once as the cluster has worker
     threads; num_workers then bounds the prompts in flight in each worker process (hermes/remote.py)."""
     if settings.dask_address:
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=settings.dask_address)
-    if local_processes.processes_for(settings) > 1:  # many prompts in flight: worker processes of this machine
+    if local_processes.processes_for(settings) > 1:  # --worker_processes: processes of this machine
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(cluster_class="distributed.LocalCluster",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from hermes.settings import RunSettings
 
@@ -90,24 +90,11 @@ def dask_setup(worker: Any) -> None:
     logger.addHandler(handler)
 
 
-def _bridged(dask_future: Any) -> concurrent.futures.Future:
-    """A concurrent.futures.Future that settles with the Dask future (orchestration waits on those)."""
-    out: concurrent.futures.Future = concurrent.futures.Future()
-
-    def settle(f: Any) -> None:
-        try:
-            out.set_result(f.result())
-        except BaseException as e:  # the batch's own exception, re-raised where the run waits on it
-            out.set_exception(e)
-
-    dask_future.add_done_callback(settle)
-    return out
-
-
 @contextlib.contextmanager
-def cluster(settings: RunSettings) -> Iterator[Callable[..., concurrent.futures.Future]]:
-    """submit(fn, *args, key=...) running fn(*args) in one of this machine's worker processes,
-    for the block's duration (the cluster closes with it: its processes are gone after)."""
+def cluster(settings: RunSettings) -> Iterator[concurrent.futures.Executor]:
+    """An executor whose submit(fn, *args, key=...) runs fn(*args) in one of this machine's worker
+    processes (Dask's own concurrent.futures face of a client), for the block's duration: the
+    cluster closes with it, and its processes are gone after."""
     from distributed import Client, LocalCluster
 
     kwargs = cluster_kwargs(settings)
@@ -116,4 +103,4 @@ def cluster(settings: RunSettings) -> Iterator[Callable[..., concurrent.futures.
     log.info("run '%s': prompts in %d worker processes on this machine, %d in flight in each",
              settings.run_name, kwargs["n_workers"], kwargs["threads_per_worker"])
     with LocalCluster(**kwargs) as local, Client(local) as client:
-        yield lambda fn, *args, key: _bridged(client.submit(fn, *args, pure=False, key=key))
+        yield client.get_executor(pure=False)

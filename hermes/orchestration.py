@@ -11,9 +11,9 @@ way on when its API goes away. A run started one way resumes the other way: the 
 index, checkpoint and outputs are the same. Nothing here imports Prefect.
 
 With settings.dask_address the batches run on a Dask cluster's workers (hermes/remote.py), and
-with more than a few hundred prompts in flight on worker processes of this machine
-(hermes/local_processes.py): they get plain data, not this process's run context, and progress
-is counted from the journal as it lands (progress.JournalTail) instead of from callbacks here.
+with --worker_processes N on worker processes of this machine (hermes/local_processes.py): they
+get plain data, not this process's run context, and progress is counted from the journal as it
+lands (progress.JournalTail) instead of from callbacks here.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from hermes import local_processes, merge, remote, runner
 from hermes.outcome import check_failed_share
 from hermes.progress import JournalTail, ProgressLine
-from hermes.remote import RunOrder
 from hermes.rundir import RunRefused
 from hermes.session import Batch, RunSession
 from hermes.settings import RunSettings
@@ -63,16 +62,11 @@ class Steps:
     @contextlib.contextmanager
     def fan_out(self, settings: RunSettings) -> Iterator[Submit]:
         if local_processes.processes_for(settings) > 1:
-            with local_processes.cluster(settings) as submit:
-                orders: list[RunOrder] = []
-
-                def on_worker(batch: Batch, ctx: runner.RunContext) -> BatchFuture:
-                    if not orders:  # plain data, the same for every batch of the run
-                        orders.append(RunOrder.of(ctx))
-                    # the key as this process resolved it (an argument of direct.run, or the environment)
-                    return submit(remote.run_batch, batch.num, batch.rows, orders[0], ctx.client.api_key,
-                                  key=f"batch-{batch.num}")
-                yield on_worker
+            order = remote.order_once()
+            with local_processes.cluster(settings) as pool:
+                # the key as this process resolved it (an argument of direct.run, or the environment)
+                yield lambda batch, ctx: pool.submit(remote.run_batch, batch.num, batch.rows, order(ctx),
+                                                     ctx.client.api_key, key=f"batch-{batch.num}")
             return
         # num_workers batches at once at most; the run's limiter bounds prompts in flight across them.
         with concurrent.futures.ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="batch") as pool:

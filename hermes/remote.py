@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,6 +54,17 @@ class RunOrder(BaseModel):
         if local_processes.processes_for(settings) > 1:
             settings = settings.model_copy(update={"num_workers": local_processes.share(settings)})
         return cls(settings=settings, run_dir=str(ctx.run_dir.resolve()), prefill=ctx.prefill)
+
+
+def order_once() -> Callable[[runner.RunContext], RunOrder]:
+    """RunOrder.of(ctx), made at the first batch and handed to every later one (the same plain data)."""
+    made: list[RunOrder] = []
+
+    def order(ctx: runner.RunContext) -> RunOrder:
+        if not made:
+            made.append(RunOrder.of(ctx))
+        return made[0]
+    return order
 
 
 class _WorkerRun:

@@ -16,8 +16,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 
-from hermes import local_processes, merge, orchestration
-from hermes.remote import RunOrder
+from hermes import local_processes, merge, orchestration, remote
 from hermes.session import Batch, RunSession
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
@@ -51,13 +50,12 @@ class PrefectSteps(orchestration.Steps):
             if not local_processes.elsewhere(settings):
                 yield lambda batch, ctx: pool.submit(run_batch, {"batch": batch, "ctx": quote(ctx)})
                 return
-            orders: dict[str, RunOrder] = {}
+            order = remote.order_once()
 
             def on_worker(batch: Batch, ctx) -> Any:
                 # Plain data crosses to the worker, the same order for every batch of the run
                 # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
-                order = orders.get("run") or orders.setdefault("run", RunOrder.of(ctx))
-                return pool.submit(run_batch_on_worker, {"batch": batch, "order": order,
+                return pool.submit(run_batch_on_worker, {"batch": batch, "order": order(ctx),
                                                          "api_key_secret": self.api_key_secret,
                                                          "tool_secrets": self.tool_secrets})
             yield on_worker
