@@ -143,8 +143,12 @@ def test_3_a_non_streaming_client_that_leaves_stops_its_agent(server, mock, dock
             {"role": "user", "content": script(terminal(HOLD), terminal("echo never"))}])
     with client(server) as http:
         # the agent stopped without its command ever being released, and made no further model call
-        # this stop has hung in full parallel runs (not reproduced alone): a failure shows what it waits on
-        until(lambda: agent_runs(http)["active"] == 0, "the agent to stop", timeout=60, stacks=True)
+        # this stop has hung in full parallel runs (not reproduced alone): a failure shows what it waits on,
+        # and whether the stop was asked for at all ("stopping": the client's leaving was seen)
+        try:
+            until(lambda: agent_runs(http)["active"] == 0, "the agent to stop", timeout=60, stacks=True)
+        except AssertionError as e:
+            raise AssertionError(f"agent runs now: {agent_runs(http)}\n{e}") from None
         until(lambda: not api_containers(docker_engine, **{"hermes-batch.run": label(server)}), "the sandbox to go",
               stacks=True)
     assert len(mock.requests()) == 1
