@@ -15,9 +15,9 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
-from hermes.model import ModelClient, ModelError
+from hermes.model import ModelClient, ModelError, Reply
 from hermes.sandbox.base import Sandbox
 from hermes.tools import ToolContext, get_tool, run_tool
 from hermes.tools._common import error as tool_error
@@ -61,6 +61,45 @@ class AgentEvents:
 CANCELLED_RESULT = tool_error("not run: the run was stopped before this tool call")
 
 
+class _Turns:
+    """One conversation between model calls: what the loop's two drivers (run_agent on a thread,
+    run_agent_async as a coroutine) do alike with each reply and each turn's tool results."""
+
+    def __init__(self, prompt: str | list[dict[str, Any]], system_prompt: str | None,
+                 prefill: list[dict[str, Any]] | None, events: AgentEvents | None):
+        self.head: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.head += list(prefill or [])
+        start = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        self.run = AgentRun(messages=start)
+        self.events = events or AgentEvents()
+
+    def asked(self) -> list[dict[str, Any]]:
+        """What the next model call sends."""
+        return self.head + self.run.messages
+
+    def answered(self, reply: Reply) -> list[dict[str, Any]]:
+        """Take a reply in; its tool calls (none: the run is complete)."""
+        run = self.run
+        run.api_calls += 1
+        for k, v in reply.usage.items():
+            run.usage[k] = run.usage.get(k, 0) + (v or 0)
+        run.messages.append(reply.message)
+        if self.events.on_message:
+            self.events.on_message(reply.message)
+        calls = reply.message.get("tool_calls") or []
+        run.completed = not calls
+        return calls
+
+    def ran(self, calls: list[dict[str, Any]], results: list[str]) -> bool:
+        """Take a turn's results in; True when the run was stopped meanwhile."""
+        run = self.run
+        run.cancelled = run.cancelled or any(r is CANCELLED_RESULT for r in results)
+        for call, result in zip(calls, results):
+            run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
+                                 "content": result})
+        return run.cancelled
+
+
 def run_agent(
     client: ModelClient,
     prompt: str | list[dict[str, Any]],
@@ -79,11 +118,8 @@ def run_agent(
     the system prompt). The returned messages are that conversation plus what the run added.
 
     `tool_ctx` is what tool calls run with: the prompt's ToolContext (or just its sandbox)."""
-    head: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    head += list(prefill or [])
-    start = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    run = AgentRun(messages=start)
-    ev = events or AgentEvents()
+    turns = _Turns(prompt, system_prompt, prefill, events)
+    run, ev = turns.run, turns.events
     stopped = cancel.is_set if cancel is not None else (lambda: False)
     for _ in range(max_turns):
         if stopped():
@@ -91,29 +127,54 @@ def run_agent(
             return run
         try:
             if ev.on_delta:
-                reply = client.complete_stream(head + run.messages, tools, ev.on_delta)
+                reply = client.complete_stream(turns.asked(), tools, ev.on_delta)
             else:
-                reply = client.complete(head + run.messages, tools)
+                reply = client.complete(turns.asked(), tools)
         except ModelError as e:
             run.error = str(e)
             return run
-        run.api_calls += 1
-        for k, v in reply.usage.items():
-            run.usage[k] = run.usage.get(k, 0) + (v or 0)
-        message = reply.message
-        run.messages.append(message)
-        if ev.on_message:
-            ev.on_message(message)
-        calls = message.get("tool_calls") or []
-        if not calls:
-            run.completed = True
+        calls = turns.answered(reply)
+        if not calls or turns.ran(calls, _run_calls(calls, tool_ctx, stopped, on_tool, ev, max_parallel_tools)):
             return run
-        results = _run_calls(calls, tool_ctx, stopped, on_tool, ev, max_parallel_tools)
-        run.cancelled = run.cancelled or any(r is CANCELLED_RESULT for r in results)
-        for call, result in zip(calls, results):
-            run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
-                                 "content": result})
-        if run.cancelled:
+    run.partial = True
+    return run
+
+
+#: runs a blocking call off the event loop and awaits its result (hermes.offload.Offload)
+Offloader = Callable[..., Awaitable[Any]]
+
+
+async def run_agent_async(
+    client: ModelClient,
+    prompt: str | list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    tool_ctx: ToolContext | Sandbox,
+    *,
+    offload: Offloader,
+    max_turns: int,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    prefill: list[dict[str, Any]] | None = None,
+    cancel: threading.Event | None = None,
+    max_parallel_tools: int = MAX_PARALLEL_TOOLS,
+) -> AgentRun:
+    """run_agent as a coroutine on the model client's event loop (a batch run's prompts): each
+    model call is awaited there, each turn's tool calls run through `offload` on a thread. No
+    events and no streaming: those are the API server's, whose requests keep run_agent."""
+    turns = _Turns(prompt, system_prompt, prefill, None)
+    run, ev = turns.run, turns.events
+    stopped = cancel.is_set if cancel is not None else (lambda: False)
+    for _ in range(max_turns):
+        if stopped():
+            run.cancelled = True
+            return run
+        try:
+            reply = await client.complete_async(turns.asked(), tools)
+        except ModelError as e:
+            run.error = str(e)
+            return run
+        calls = turns.answered(reply)
+        if not calls or turns.ran(calls, await offload(_run_calls, calls, tool_ctx, stopped, None, ev,
+                                                       max_parallel_tools)):
             return run
     run.partial = True
     return run

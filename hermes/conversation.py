@@ -3,20 +3,22 @@
 The sandbox is lazy (made on the first tool call, or with prefetch while the model thinks) and
 gone when the conversation returns, whatever happened; the caller only says what differs:
 
-    batch prompt   image_first, prefetch (the run's setting), remove_in_background, the row's
-                   prepare/judge (hermes.task), timeout (--prompt_timeout)
+    batch prompt   converse_async (a coroutine), image_first, prefetch (the run's setting),
+                   remove_in_background, the row's prepare/judge (hermes.task), timeout
+                   (--prompt_timeout)
     chat           nothing: a container on first use, removed before the command exits
     API request    events (streamed to the client), cancel (the client left)
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes.agent import AgentEvents, AgentRun, run_agent
+from hermes.agent import AgentEvents, AgentRun, Offloader, run_agent, run_agent_async
 from hermes.entry import Reward
 from hermes.model import ModelClient
 from hermes.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxSpec
@@ -97,17 +99,11 @@ def converse(
     Raises what the agent loop or image_first raises; the sandbox is closed first, and the
     exception carries `sandbox_wait` as the result would have.
     """
-    sandboxed = needs_sandbox(tools) or prepare is not None or judge is not None
-    if image_first and sandboxed:
+    if image_first and _sandboxed(tools, prepare, judge):
         backend.ensure_image(spec.image)
-    box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
-                      prefetch=prefetch and sandboxed and backend.slow_to_open,
-                      remove_in_background=remove_in_background)
+    box, ctx = _sandbox_and_context(tools, spec, backend, context, prefetch, remove_in_background, prepare, judge)
     if on_sandbox is not None:
         on_sandbox(box)
-    ctx = context or ToolContext()
-    ctx.sandbox = box
-    ctx.offered = frozenset(t.name for t in tools)
     cancel = cancel or threading.Event()
 
     def talk() -> Conversation:
@@ -133,6 +129,101 @@ def converse(
     return _within(talk, timeout, cancel, box)
 
 
+async def converse_async(
+    client: ModelClient,
+    prompt: str | list[dict[str, Any]],
+    tools: list[Tool],
+    spec: SandboxSpec,
+    backend: SandboxBackend,
+    *,
+    offload: Offloader,
+    context: ToolContext | None = None,
+    max_turns: int,
+    system_prompt: str | None,
+    prefill: list[dict[str, Any]] | None = None,
+    prefetch: bool = False,
+    remove_in_background: bool = False,
+    image_first: bool = False,
+    prepare: Callable[[Sandbox], None] | None = None,
+    judge: Callable[[Sandbox], Reward] | None = None,
+    timeout: float | None = None,
+) -> Conversation:
+    """converse() as a coroutine on the model client's loop, which is what a batch run's prompts
+    are (hermes.runner): the model calls are awaited there, and whatever blocks (the image check,
+    prepare and judge, tool calls, closing the tool state and the sandbox) runs through `offload`
+    on a thread. No events, no cancel from outside: those are the API server's (converse).
+
+    Past `timeout` the conversation is cancelled where it waits (a model call is taken back at
+    once), its sandbox removed now (a tool call blocked in it fails), and PromptTimeout raised.
+    """
+    if image_first and _sandboxed(tools, prepare, judge):
+        await offload(backend.ensure_image, spec.image)
+    box, ctx = _sandbox_and_context(tools, spec, backend, context, prefetch, remove_in_background, prepare, judge)
+    cancel = threading.Event()
+
+    async def talk() -> Conversation:
+        reward = None
+        try:
+            try:
+                try:
+                    if prepare is not None:
+                        await offload(prepare, box)
+                    run = await run_agent_async(client, prompt, openai_schemas(tools), ctx, offload=offload,
+                                                max_turns=max_turns, system_prompt=system_prompt, prefill=prefill,
+                                                cancel=cancel)
+                    if judge is not None and not run.error and not cancel.is_set():
+                        reward = await offload(judge, box)
+                finally:
+                    await offload(ctx.close)
+            finally:
+                await offload(box.close)
+        except Exception as e:
+            e.sandbox_wait = box.wait  # type: ignore[attr-defined]  # a failed prompt still records its wait
+            raise
+        return Conversation(run=run, sandbox_wait=box.wait, tools=ctx, reward=reward)
+
+    if timeout is None:
+        return await talk()
+    talking = asyncio.ensure_future(talk())
+    await asyncio.wait([talking], timeout=timeout)
+    if talking.done():
+        return talking.result()
+    cancel.set()  # a tool call under way sees it before the next one
+    talking.cancel()
+    talking.add_done_callback(_retrieved)
+    await offload(box.abort)
+    raise _timed_out(timeout, box)
+
+
+def _retrieved(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled():
+        task.exception()  # a timed-out conversation's own failure while it was being cancelled
+
+
+def _sandboxed(tools: list[Tool], prepare: Any, judge: Any) -> bool:
+    return needs_sandbox(tools) or prepare is not None or judge is not None
+
+
+def _sandbox_and_context(tools: list[Tool], spec: SandboxSpec, backend: SandboxBackend, context: ToolContext | None,
+                         prefetch: bool, remove_in_background: bool, prepare: Any,
+                         judge: Any) -> tuple[LazySandbox, ToolContext]:
+    """The conversation's lazy sandbox, and the tool context its calls run with."""
+    box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
+                      prefetch=prefetch and _sandboxed(tools, prepare, judge) and backend.slow_to_open,
+                      remove_in_background=remove_in_background)
+    ctx = context or ToolContext()
+    ctx.sandbox = box
+    ctx.offered = frozenset(t.name for t in tools)
+    return box, ctx
+
+
+def _timed_out(timeout: float, box: LazySandbox) -> PromptTimeout:
+    err = PromptTimeout(f"the prompt did not finish within its time limit of {timeout:g}s (--prompt_timeout): "
+                        "cancelled, its sandbox removed")
+    err.sandbox_wait = box.wait  # type: ignore[attr-defined]
+    return err
+
+
 def _within(talk: Callable[[], Conversation], timeout: float, cancel: threading.Event,
             box: LazySandbox) -> Conversation:
     """talk() in a thread of its own, given up on after `timeout` s: cancelled (the agent stops at
@@ -151,10 +242,7 @@ def _within(talk: Callable[[], Conversation], timeout: float, cancel: threading.
     if worker.is_alive():
         cancel.set()
         box.abort()
-        err = PromptTimeout(f"the prompt did not finish within its time limit of {timeout:g}s (--prompt_timeout): "
-                            "cancelled, its sandbox removed")
-        err.sandbox_wait = box.wait  # type: ignore[attr-defined]
-        raise err
+        raise _timed_out(timeout, box)
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, TypeVar
 
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
@@ -21,6 +21,8 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from hermes.model_calls import CallError, CallLoop, Endpoint
 from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
+
+T = TypeVar("T")
 
 
 class ModelError(Exception):
@@ -126,15 +128,33 @@ class ModelClient:
             kwargs["extra_body"] = self.extra_body
         return kwargs
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+    def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         # The body as is, from one event loop (hermes.model_calls): `chat.completions.create`
         # would deep-copy and re-validate the whole conversation on every call, and wrap the
         # answer in models only to be turned back into a dict here.
         request = self._request(messages, tools)
         extra = request.pop("extra_body", {})
-        body = {**request, **extra}  # as the SDK merges extra_body: its keys win
+        return {**request, **extra}  # as the SDK merges extra_body: its keys win
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         try:
-            return _reply_of_dict(self._calls().post(body))
+            return _reply_of_dict(self._calls().post(self._body(messages, tools)))
+        except CallError as e:
+            raise ModelError(str(e)) from e
+
+    async def complete_async(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        """complete() for a coroutine running on this client's loop (run_on_loop)."""
+        try:
+            return _reply_of_dict(await self._calls().endpoint.post(self._body(messages, tools)))
+        except CallError as e:
+            raise ModelError(str(e)) from e
+
+    def run_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the event loop this client's calls go out from (one per client, on
+        a thread of its own) and wait here for its result: a batch's prompts are coroutines
+        there (hermes.runner), each model call awaited on the loop without a thread to wake."""
+        try:
+            return self._calls().run(coroutine)
         except CallError as e:
             raise ModelError(str(e)) from e
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import json
 import random
 import threading
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Coroutine, Mapping, TypeVar
 
 import aiohttp
 
@@ -33,6 +34,7 @@ from hermes.ratelimit import AdaptiveLimiter, retry_after
 INITIAL_RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 120.0
+T = TypeVar("T")
 
 
 class CallError(Exception):
@@ -158,6 +160,25 @@ class CallLoop:
             raise CallError("the model client was closed while the call was out") from e
         except BaseException:
             future.cancel()  # an interrupted caller takes its request back
+            raise
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the loop, in a copy of the caller's context (what it logs belongs to
+        the caller's run: contextvars do not cross threads by themselves); its result here, when
+        it is done. An interrupted caller cancels it."""
+        context = contextvars.copy_context()
+
+        async def in_context() -> T:
+            return await asyncio.get_running_loop().create_task(coroutine, context=context)
+        try:
+            future = asyncio.run_coroutine_threadsafe(in_context(), self.loop)
+        except RuntimeError as e:  # the loop is closed
+            coroutine.close()
+            raise CallError("the model client is closed") from e
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
             raise
 
     def close(self) -> None:

@@ -104,7 +104,7 @@ def context_for(order: RunOrder, api_key: str | None = None) -> runner.RunContex
         (run_dir / WORKERS_DIR).mkdir(parents=True, exist_ok=True)
         ctx = runner.RunContext.create(settings, run_id=settings.run_name, api_key=api_key, worker=worker)
         ctx.run_dir, ctx.prefill = run_dir, list(order.prefill)
-        ctx.limiter = InFlight(settings.num_workers, worker_file(run_dir, worker), worker, ctx.uses_sandbox)
+        ctx.in_flight = InFlight(worker_file(run_dir, worker), worker, ctx.uses_sandbox)
         sandboxes = None
         if ctx.uses_sandbox:
             # This machine's part of the run's start: containers dead workers of the run left on

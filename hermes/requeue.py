@@ -6,17 +6,15 @@ engine time-out: hermes.failures) is tried again from the start after a delay, u
 `--prompt_retries` times, before its failure stands. A permanent failure (a 400, an image that
 cannot be had, a failed setup) is not tried again. Every attempt is a line of the journal.
 
-The delay holds no worker: the prompt is handed back to the pool by a timer when it is due.
+The delay holds no slot: the prompt's coroutine sleeps, then takes a slot again for its next try.
 """
 from __future__ import annotations
 
-import contextvars
+import asyncio
 import logging
 import random
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from hermes.entry import HermesBlock, Status
 from hermes.failures import classify
@@ -52,56 +50,29 @@ class RetryPolicy:
         return top / 2 + random.uniform(0, top / 2)
 
 
-class RequeueingPool(Generic[T]):
-    """Runs `attempt(item, n)` for every item on `workers` threads until none is owed.
+async def requeueing(items: list[T], attempt: Callable[[T, int], Awaitable[float | None]]) -> None:
+    """Await `attempt(item, n)` for every item, all at once (the attempt takes the run's slot for
+    its prompt itself), until none is owed.
 
     `attempt` returns None when the item is finished, else the seconds after which it is tried
-    again (as attempt n + 1). Each attempt runs in a copy of the caller's context, so logs and
-    progress reach the orchestrator's run (contextvars do not cross threads by themselves).
-    The first exception an attempt raises is raised by run() once the others have ended.
+    again (as attempt n + 1); the wait holds no slot. The first exception an attempt raises is
+    raised here once the others have ended, and no item starts an attempt after it.
     """
+    errors: list[BaseException] = []
 
-    def __init__(self, workers: int, name: str):
-        self.workers = max(1, workers)
-        self.name = name
+    async def one(item: T) -> None:
+        n = 1
+        while not errors:
+            try:
+                again = await attempt(item, n)
+            except BaseException as e:  # noqa: BLE001 - raised once the others have ended
+                errors.append(e)
+                return
+            if again is None:
+                return
+            await asyncio.sleep(again)
+            n += 1
 
-    def run(self, items: list[T], attempt: Callable[[T, int], float | None]) -> None:
-        context = contextvars.copy_context()
-        done = threading.Condition()
-        owed = len(items)
-        errors: list[BaseException] = []
-        timers: list[threading.Timer] = []
-
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name) as pool:
-            def submit(item: T, n: int) -> None:
-                try:
-                    pool.submit(context.copy().run, one, item, n)
-                except RuntimeError:  # the pool is shutting down after a failed attempt
-                    pass
-
-            def one(item: T, n: int) -> None:
-                nonlocal owed
-                again = None
-                try:
-                    again = attempt(item, n)
-                except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                    errors.append(e)
-                if again is not None and not errors:
-                    timer = threading.Timer(again, submit, (item, n + 1))
-                    timer.daemon = True
-                    timers.append(timer)
-                    timer.start()
-                    return
-                with done:
-                    owed -= 1
-                    done.notify()
-
-            for item in items:
-                submit(item, 1)
-            with done:
-                while owed and not errors:
-                    done.wait(timeout=1.0)
-            for timer in timers:
-                timer.cancel()  # a failed run tries nothing more
-        if errors:
-            raise errors[0]
+    await asyncio.gather(*(one(item) for item in items))
+    if errors:
+        raise errors[0]

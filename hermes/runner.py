@@ -1,13 +1,13 @@
 """One prompt, start to finish: sandbox, agent loop, trajectory entry, journal line.
 
-Also one batch: its prompts run concurrently, bounded by a run-wide limiter so that
---num_workers counts prompts in flight across all batches.
+Also one batch: its prompts run concurrently, as coroutines on the run's model-call loop,
+bounded by the run's slots so that --num_workers counts prompts in flight across all batches.
 """
 from __future__ import annotations
 
 import json
 import logging
-import threading
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,15 +16,17 @@ from typing import Any, Callable
 
 from hermes import distributions, journal
 from hermes.agent import compose_system_prompt
-from hermes.conversation import converse, tool_context
+from hermes.conversation import Conversation, converse_async, tool_context
 from hermes.dataset import Row
 from hermes.entry import HermesBlock, JournalEntry, Status
 from hermes.model import ModelClient
-from hermes.requeue import RequeueingPool, RetryPolicy
+from hermes.offload import Offload
+from hermes.requeue import RetryPolicy, requeueing
 from hermes.sandbox import SandboxBackend, SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.lifecycle import raise_if_stopping
 from hermes.settings import RunSettings
 from hermes.task import RowTask
+from hermes.workerfiles import InFlight
 from hermes.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
 from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
                           openai_schemas, tools_for)
@@ -44,13 +46,16 @@ class RunContext:
     distribution: dict[str, int]
     backend: SandboxBackend  # settings.sandbox's backend, from the registry
     prefill: list[dict[str, Any]] = field(default_factory=list)
-    limiter: threading.Semaphore | None = None
+    #: counts prompts in flight where a worker's file must say so (hermes.remote)
+    in_flight: InFlight | None = None
     on_prompt_done: Callable[[dict[str, Any]], None] | None = None
     #: what tools share across the run's prompts (HTTP clients, a browser); closed with the run
     shared: SharedResources = field(default_factory=SharedResources)
     secret: Callable[[str], str | None] = env_secret
     #: the process running the prompts, host:pid, recorded in each entry's hermes block
     worker: str | None = None
+    _slots: asyncio.Semaphore | None = field(default=None, repr=False)
+    _offload: Offload | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, settings: RunSettings, run_id: str, *, api_key: str | None = None,
@@ -72,9 +77,24 @@ class RunContext:
         return tool_context(self.settings, api_key=self.client.api_key, shared=self.shared,
                             secret=self.secret, run_dir=self.run_dir, key=key)
 
+    def slots(self) -> asyncio.Semaphore:
+        """--num_workers: how many of this process's prompts may be in flight at once, across
+        all the run's batches (made on the loop's thread, the only one that uses it)."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.settings.num_workers)
+        return self._slots
+
+    def offload(self) -> Offload:
+        """The threads the prompts' blocking work runs on (tool calls, sandboxes, journal lines)."""
+        if self._offload is None:
+            self._offload = Offload(self.settings.num_workers)
+        return self._offload
+
     def close(self) -> None:
         self.shared.close()
         self.client.close()
+        if self._offload is not None:
+            self._offload.close()
 
 
 def load_prefill(path: str | None) -> list[dict[str, Any]]:
@@ -89,13 +109,13 @@ def load_prefill(path: str | None) -> list[dict[str, Any]]:
     return data
 
 
-def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
-    """Run one prompt to an entry: the reference's trajectory fields plus a `hermes` block."""
+async def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
+    """Run one prompt to an entry: the reference's trajectory fields plus a `hermes` block.
+    A coroutine on the run's model-call loop (run_batch)."""
     s = ctx.settings
     started = time.monotonic()
     toolsets = distributions.sample(ctx.distribution, s.seed, row.key)
     offered = tools_for(toolsets)
-    tools = openai_schemas(offered)
     image = row.row.container_image or s.sandbox.image
     spec = SandboxSpec(image=image, cwd=row.row.cwd,
                        labels={"hermes-batch.run": ctx.run_id, "hermes-batch.prompt": str(row.index)})
@@ -103,20 +123,20 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     preview = row.row.prompt[: s.log_prefix_chars].replace("\n", " ")
     log.debug("prompt %d started: %s", row.index, preview)
     error = None
-    run = None
-    wait = None
     done = None
+    wait = None
     try:
         raise_if_stopping(ctx.run_id)  # an interrupted run starts no more prompts
         # Prefetch: the container starts while the first model call is out, unless no tool could use it
         # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
-        done = converse(ctx.client, row.row.prompt, offered, spec, ctx.backend, context=ctx.tool_context(row.key),
-                        max_turns=s.max_turns, system_prompt=compose_system_prompt(s.ephemeral_system_prompt),
-                        prefill=ctx.prefill, prefetch=s.sandbox.prefetch, remove_in_background=True,
-                        image_first=True, prepare=task and task.prepare, judge=task and task.judge,
-                        timeout=s.prompt_timeout)
-        run, wait = done.run, done.sandbox_wait
-        error = run.error
+        done = await converse_async(
+            ctx.client, row.row.prompt, offered, spec, ctx.backend, offload=ctx.offload(),
+            context=ctx.tool_context(row.key), max_turns=s.max_turns,
+            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill,
+            prefetch=s.sandbox.prefetch, remove_in_background=True, image_first=True,
+            prepare=task and task.prepare, judge=task and task.judge, timeout=s.prompt_timeout)
+        wait = done.sandbox_wait
+        error = done.run.error
     except SandboxError as e:
         wait = getattr(e, "sandbox_wait", None)
         error = str(e)
@@ -124,6 +144,19 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
         wait = getattr(e, "sandbox_wait", None)
         log.exception("prompt %d failed", row.index)
         error = f"{type(e).__name__}: {e}"
+    entry = _entry(row, batch_num, ctx, toolsets, openai_schemas(offered), done, error, wait,
+                   time.monotonic() - started)
+    if error:
+        log.warning("prompt %d failed: %s", row.index, error)
+    else:
+        log.debug("prompt %d %s", row.index, entry.hermes.status)
+    return entry
+
+
+def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools: list[dict[str, Any]],
+           done: Conversation | None, error: str | None, wait: float | None, elapsed: float) -> JournalEntry:
+    s = ctx.settings
+    run = done.run if done else None
     messages = run.messages if run else [{"role": "user", "content": row.row.prompt}]
     all_tools = all_tool_names()
     tool_stats, tool_error_counts = entry_tool_stats(messages, all_tools)
@@ -133,7 +166,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
         status = Status.DISCARDED
     else:
         status = Status.COMPLETED if run.completed else Status.PARTIAL
-    entry = JournalEntry(
+    return JournalEntry(
         prompt_index=row.index,
         conversations=to_sharegpt(messages, tools),
         metadata={**row.row.extra, "batch_num": batch_num,
@@ -150,7 +183,7 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
             status=status,
             error=error,
             usage=run.usage if run else {},
-            elapsed=round(time.monotonic() - started, 3),
+            elapsed=round(elapsed, 3),
             sandbox_wait=None if wait is None else round(wait, 4),
             hallucinated_tools=hallucinated_tools(messages, all_tools),
             reasoning=reasoning_counts(messages),
@@ -159,35 +192,40 @@ def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
             worker=ctx.worker,
         ),
     )
-    if error:
-        log.warning("prompt %d failed: %s", row.index, error)
-    else:
-        log.debug("prompt %d %s", row.index, status)
-    return entry
 
 
 def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
-    """Run a batch's prompts concurrently; each finished prompt is appended to batch_N.jsonl at once."""
+    """Run a batch's prompts concurrently; each finished prompt is appended to batch_N.jsonl at once.
+
+    The prompts are coroutines on the loop the run's model calls go out from (ctx.client), not a
+    thread each: with hundreds in flight, every answer handed from the loop to a waiting thread
+    cost the interpreter lock's hand-over, and that, not the work, bounded the run
+    (bench/THROUGHPUT.md, workload 4). What blocks runs on ctx.offload()'s threads.
+    """
+    return ctx.client.run_on_loop(_run_batch(batch_num, rows, ctx))
+
+
+async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
     path = ctx.run_dir / f"batch_{batch_num}.jsonl"
     counts = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
-
     policy = RetryPolicy.for_settings(ctx.settings)
+    slots, offload = ctx.slots(), ctx.offload()
 
-    def one(row: Row, attempt: int) -> float | None:
-        limiter = ctx.limiter
-        if limiter:
-            limiter.acquire()
-        try:
-            entry = run_prompt(row, batch_num, ctx)
-        finally:
-            if limiter:
-                limiter.release()
+    async def one(row: Row, attempt: int) -> float | None:
+        async with slots:  # --num_workers prompts in flight across the run's batches
+            if ctx.in_flight:
+                ctx.in_flight.started()
+            try:
+                entry = await run_prompt(row, batch_num, ctx)
+            finally:
+                if ctx.in_flight:
+                    ctx.in_flight.finished()
         # A transient failure goes back in the queue (hermes.requeue); each attempt is a journal line.
         retry_in = policy.delay(entry.hermes, attempt)
         entry.hermes.attempt = attempt
         entry.hermes.requeued = retry_in is not None
         record = entry.record()
-        journal.append(path, record)
+        await offload(journal.append, path, record)
         if retry_in is not None:
             log.info("prompt %d: attempt %d failed (%s), again in %.1fs", row.index, attempt,
                      entry.hermes.error, retry_in)
@@ -197,5 +235,5 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
             ctx.on_prompt_done(record)
         return None
 
-    RequeueingPool(min(len(rows), ctx.settings.num_workers), f"batch{batch_num}").run(rows, one)
+    await requeueing(rows, one)
     return counts

@@ -5,7 +5,6 @@ Plain Python; tasks/ and flows/ put Prefect around it.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,8 +65,7 @@ class RunSession:
         lock.acquire()
         sandboxes = None
         try:
-            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key, worker=owner_label(),
-                                    limiter=threading.BoundedSemaphore(settings.num_workers))
+            ctx = RunContext.create(settings, run_id=settings.run_name, api_key=api_key, worker=owner_label())
             # The backend's part of a run's start: what dead invocations left goes, limits are
             # checked, and from now on a signal removes the run's sandboxes first. A run none of
             # whose toolsets needs a sandbox spends no container, not even a limit probe. On a Dask

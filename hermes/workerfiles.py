@@ -1,6 +1,6 @@
 """The run folder's workers/ files: one per process that runs the run's prompts on a Dask
 worker, saying how many of its prompts are in flight (hermes/remote.py writes them through the
-worker's limiter). What a dead worker's file still counts may have left containers on its host;
+worker's InFlight). What a dead worker's file still counts may have left containers on its host;
 hermes.status reports them. Light on purpose: `hermes-batch status` reads these.
 """
 from __future__ import annotations
@@ -20,11 +20,10 @@ WORKERS_DIR = "workers"
 
 
 class InFlight:
-    """The worker's limiter (a BoundedSemaphore of num_workers), also counting the prompts in
-    flight into the worker's file in the run folder, so that what a killed worker left is known."""
+    """Counts the worker's prompts in flight into its file in the run folder, so that what a
+    killed worker left is known. It only counts: the run's slots (RunContext.slots) admit."""
 
-    def __init__(self, num_workers: int, path: Path, worker: str, sandboxed: bool):
-        self._sem = threading.BoundedSemaphore(num_workers)
+    def __init__(self, path: Path, worker: str, sandboxed: bool):
         self._lock = threading.Lock()
         self.path = path
         self.worker = worker
@@ -32,14 +31,11 @@ class InFlight:
         self.count = 0
         self._write()
 
-    def acquire(self) -> bool:
-        self._sem.acquire()
+    def started(self) -> None:
         self._change(+1)
-        return True
 
-    def release(self) -> None:
+    def finished(self) -> None:
         self._change(-1)
-        self._sem.release()
 
     def _change(self, delta: int) -> None:
         with self._lock:
