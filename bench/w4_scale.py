@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=1.0)
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--ref", default="HEAD", help="the commit of ours to measure")
+    p.add_argument("--baseline", default=None,
+                   help="also ours at this commit with --engine direct (and the default path unless --no-default), "
+                        "alternated with --ref's in every pair")
     p.add_argument("--no-default", action="store_true", help="leave out the default (Prefect) path")
     p.add_argument("--processes", action="store_true",
                    help="also ours with --engine direct over two worker processes (--worker_processes 2)")
@@ -63,19 +66,26 @@ def main(argv: list[str] | None = None) -> int:
     systems = Systems(scratch, None, None, Path(src["path"]))
     log(f"ours at {src['commit'][:10]}; ideal {ideal:.1f} prompts/s")
     variants = ["ours-direct"] + (["ours-direct-2p"] if a.processes else []) + ([] if a.no_default else ["ours"])
+    runs = [(v, v, systems) for v in variants]  # (row label, variant, whose code)
+    if a.baseline:
+        base_src = product_source(scratch / "baseline", "head", a.baseline)
+        base = Systems(scratch / "baseline", None, None, Path(base_src["path"]))
+        base.prefect_home = systems.prefect_home  # one background server for both
+        log(f"baseline at {base_src['commit'][:10]}")
+        runs = [r for v in variants for r in ((v, v, systems), (f"baseline {v}", v, base))]
     rows: list[dict[str, Any]] = []
     try:
-        for v in variants:
-            systems.run(v, n=4, workers=2, latency=0.0, turns=3, docker=False, tag="warmup", timeout=600)
+        for _, v, who in runs:
+            who.run(v, n=4, workers=2, latency=0.0, turns=3, docker=False, tag="warmup", timeout=600)
         for pair in range(a.pairs):
             f = floor(n, workers, latency, scratch)
             rows.append({"pair": pair + 1, "system": "endpoint floor", "pps": f["steady_prompts_per_s"],
                          "mean_call_s": f["mean_call_s"], "cpu": None, "rss": None, "written": n, "rc": 0})
             print(json.dumps(rows[-1]), flush=True)
-            for v in variants:
-                r = systems.run(v, n=n, workers=workers, latency=latency, turns=3, docker=False,
-                                tag=f"w4p{pair}", timeout=3600)
-                rows.append({"pair": pair + 1, "system": v, "pps": r["steady_prompts_per_s"], "mean_call_s": None,
+            for label, v, who in runs:
+                r = who.run(v, n=n, workers=workers, latency=latency, turns=3, docker=False,
+                            tag=f"w4p{pair}", timeout=3600)
+                rows.append({"pair": pair + 1, "system": label, "pps": r["steady_prompts_per_s"], "mean_call_s": None,
                              "cpu": r["cpu"], "rss": r["peak_pss_mib"], "written": r["written"], "rc": r["rc"],
                              "elapsed_median": r["prompt_stats"].get("elapsed_median")})
                 print(json.dumps(rows[-1]), flush=True)
