@@ -28,6 +28,7 @@ import weakref
 from typing import Any, Callable, Coroutine, Mapping, TypeVar
 
 import aiohttp
+import orjson
 
 from hermes.ratelimit import AdaptiveLimiter, retry_after
 
@@ -70,6 +71,16 @@ def status_text(status: int, raw: bytes) -> str:
     return f"Error code: {status}"
 
 
+def encode(body: dict[str, Any]) -> bytes:
+    """A request's JSON: orjson's, about five times the standard library's speed on a long
+    conversation (each call sends the whole of it again), the standard one for what orjson
+    refuses (integers past 64 bits)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
+
+
 class Endpoint:
     """POSTs to one chat completions URL, on the loop that made it."""
 
@@ -86,7 +97,7 @@ class Endpoint:
                                              timeout=self.timeout)
 
     async def post(self, body: dict[str, Any]) -> Any:
-        data = json.dumps(body).encode()
+        data = encode(body)
         for retries_done in range(self.max_retries + 1):
             last = retries_done == self.max_retries
             epoch = await self.limiter.acquire_async()
@@ -107,7 +118,7 @@ class Endpoint:
             self.limiter.release(epoch, resp.status, resp.headers)
             if resp.status < 400:
                 try:
-                    return json.loads(raw)
+                    return orjson.loads(raw)
                 except ValueError as e:
                     raise CallError(f"model endpoint answered something that is not JSON: {e}") from e
             if last or not should_retry(resp.status, resp.headers):

@@ -146,6 +146,21 @@ def test_the_wire_carries_the_key_the_body_and_no_reasoning():
                                "provider": {"order": ["a"]}}
 
 
+def test_a_body_the_fast_encoder_refuses_still_goes_out_whole():
+    """Integers past 64 bits (a dataset's metadata echoed into a tool result, a model's own
+    arguments): orjson refuses them, the request must not fail for it."""
+    server = Scripted([ok()])
+    client = ModelClient(AgentSettings(model="m", base_url=server.base_url), "sk-ours", max_retries=0)
+    try:
+        messages = [{"role": "user", "content": "hi", "n": 2 ** 70}, {"role": "assistant", "content": "é ✓"}]
+        assert client.complete(messages, []).message["content"] == "hello"
+    finally:
+        client.close()
+        server.close()
+    (request,) = server.seen
+    assert request["body"]["messages"] == messages
+
+
 def test_an_answer_that_is_not_json_is_a_model_error():
     outcome, seen = through_ours([(200, {"Content-Type": "text/html"}, b"<html>gateway</html>")], max_retries=3)
     assert isinstance(outcome, ModelError) and len(seen) == 1
