@@ -10,6 +10,7 @@ OpenRouter provider routing go in the request's extra body.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 from dataclasses import dataclass, field
@@ -149,10 +150,17 @@ class ModelClient:
         except CallError as e:
             raise ModelError(str(e)) from e
 
+    def start_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        """Start `coroutine` on the event loop this client's calls go out from (one per client,
+        on a thread of its own): a batch's prompts are coroutines there (hermes.runner), each
+        model call awaited on the loop without a thread to wake."""
+        try:
+            return self._calls().submit(coroutine)
+        except CallError as e:
+            raise ModelError(str(e)) from e
+
     def run_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` on the event loop this client's calls go out from (one per client, on
-        a thread of its own) and wait here for its result: a batch's prompts are coroutines
-        there (hermes.runner), each model call awaited on the loop without a thread to wake."""
+        """start_on_loop(coroutine)'s result, waited for here; an interrupted caller cancels it."""
         try:
             return self._calls().run(coroutine)
         except CallError as e:

@@ -173,19 +173,22 @@ class CallLoop:
             future.cancel()  # an interrupted caller takes its request back
             raise
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` on the loop, in a copy of the caller's context (what it logs belongs to
-        the caller's run: contextvars do not cross threads by themselves); its result here, when
-        it is done. An interrupted caller cancels it."""
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        """Start `coroutine` on the loop, in a copy of the caller's context (what it logs belongs
+        to the caller's run: contextvars do not cross threads by themselves); its future here."""
         context = contextvars.copy_context()
 
         async def in_context() -> T:
             return await asyncio.get_running_loop().create_task(coroutine, context=context)
         try:
-            future = asyncio.run_coroutine_threadsafe(in_context(), self.loop)
+            return asyncio.run_coroutine_threadsafe(in_context(), self.loop)
         except RuntimeError as e:  # the loop is closed
             coroutine.close()
             raise CallError("the model client is closed") from e
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """submit(coroutine)'s result, waited for here; an interrupted caller cancels it."""
+        future = self.submit(coroutine)
         try:
             return future.result()
         except BaseException:

@@ -68,9 +68,17 @@ class Steps:
                 yield lambda batch, ctx: pool.submit(remote.run_batch, batch.num, batch.rows, order(ctx),
                                                      ctx.client.api_key, key=f"batch-{batch.num}")
             return
-        # num_workers batches at once at most; the run's limiter bounds prompts in flight across them.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=settings.num_workers, thread_name_prefix="batch") as pool:
-            yield lambda batch, ctx: pool.submit(runner.run_batch, batch.num, batch.rows, ctx)
+        # Every batch at once, as coroutines on the run's loop (no thread each): the run's slots
+        # bound the prompts in flight. As a pool's end would, the end waits for every batch.
+        started: list[concurrent.futures.Future] = []
+
+        def submit(batch: Batch, ctx: runner.RunContext) -> concurrent.futures.Future:
+            started.append(runner.start_batch(batch.num, batch.rows, ctx))
+            return started[-1]
+        try:
+            yield submit
+        finally:
+            concurrent.futures.wait(started)
 
     def as_completed(self, futures: Iterable[BatchFuture]) -> Iterator[BatchFuture]:
         return concurrent.futures.as_completed(futures)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import asyncio
+import concurrent.futures
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -203,6 +204,11 @@ def run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int
     (bench/THROUGHPUT.md, workload 4). What blocks runs on ctx.offload()'s threads.
     """
     return ctx.client.run_on_loop(_run_batch(batch_num, rows, ctx))
+
+
+def start_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> "concurrent.futures.Future[dict[str, int]]":
+    """run_batch without a thread waiting for it: its future (the direct engine's fan-out)."""
+    return ctx.client.start_on_loop(_run_batch(batch_num, rows, ctx))
 
 
 async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[str, int]:
