@@ -51,11 +51,6 @@ def run_batch_on_worker(batch: Batch, order: remote.RunOrder, api_key_secret: st
     return remote.run_batch(batch.num, batch.rows, order, api_key=api_key_from_secret(api_key_secret))
 
 
-@task(name="record-batch", cache_policy=NONE, task_run_name="record-{batch.num}")
-def record(session: RunSession, batch: Batch) -> None:
-    session.record(batch)
-
-
 @task(name="merge-run", cache_policy=NONE)
 def merge_run(run_path) -> dict:
     return merge.merge(run_path)

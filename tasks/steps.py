@@ -1,8 +1,11 @@
 """A run's steps the Prefect way (hermes.orchestration.Steps with Prefect hooks).
 
 The UI draws them as the run's graph: plan-run, one batch-N per batch (on the flow's task
-runner), a record-N as each lands, then merge-run and publish-report; the progress artifact
-follows the prompts. Parameters that are whole objects (the session, the run context) are
+runner), then merge-run and publish-report; the progress artifact follows the prompts. A batch
+that lands is recorded by the flow itself (Steps.record, a plain call): recording is an append
+and, once a second, an index update, and a task run of its own cost more than that work (a
+task run's engine work here and its records in the server, at 512 small batches half the run's
+Prefect overhead: bench/THROUGHPUT.md). Parameters that are whole objects (the session, the run context) are
 quoted: Prefect passes them as they are instead of walking and copying them.
 Once Prefect's API is gone (tasks.link), the steps still to come are plain calls.
 """
@@ -22,7 +25,7 @@ from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import RunProgress
 from tasks.report import publish
-from tasks.run import merge_run, plan, record, run_batch, run_batch_on_worker
+from tasks.run import merge_run, plan, run_batch, run_batch_on_worker
 
 
 class PrefectSteps(orchestration.Steps):
@@ -63,11 +66,6 @@ class PrefectSteps(orchestration.Steps):
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
         return as_completed(list(futures))
 
-    def record(self, session: RunSession, batch: Batch) -> None:
-        if self.link.lost:
-            session.record(batch)
-        else:
-            record(quote(session), batch)
 
     def merge(self, run_path: Path, max_failed_share: float) -> dict[str, Any]:
         if self._progress:
