@@ -6,12 +6,13 @@ a run uses the local background server of flows/local_server.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 # Prefect reads these when first imported: set them before any flow is.
 _PREFECT_DEFAULTS = {
@@ -161,7 +162,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         else:
             from flows.local_server import for_this_run
 
-            with for_this_run():  # before Prefect is imported: it reads PREFECT_API_URL once
+            # for_this_run before Prefect is imported: it reads PREFECT_API_URL once
+            with for_this_run(), _heartbeats_only_if_asked():
                 from flows.batch import batch_run
 
                 stats = batch_run(settings=settings)
@@ -176,6 +178,24 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = os.path.join(settings.output_dir, settings.run_name)
     print(f"\ntrajectories: {os.path.join(out, 'trajectories.jsonl')}\nstatistics:   {os.path.join(out, 'statistics.json')}")
     return 0
+
+
+@contextlib.contextmanager
+def _heartbeats_only_if_asked() -> Iterator[None]:
+    """A command-line flow run sends no heartbeats unless PREFECT_FLOWS_HEARTBEAT_FREQUENCY asks.
+
+    Prefect's default sends one every 180 s from a thread that sleeps in steps of a second, and
+    the run's end waits for it to notice: half a second of every run, measured. Heartbeats are
+    for the zombie-run automation (deployments/prefect/automations.yaml), which needs one every
+    30 s, as the deployments' workers send (prefect.yaml); 180 s could not satisfy it anyway.
+    """
+    if os.environ.get("PREFECT_FLOWS_HEARTBEAT_FREQUENCY"):
+        yield
+        return
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def _exit_promptly_on_interrupt() -> None:

@@ -135,6 +135,26 @@ def test_2_a_dropped_runs_event_stream_is_quiet_and_the_run_is_still_swept(mock,
 # --------------------------------------------------------------------------- 3. clients that leave
 
 
+def stop_state(srv: ServerThread, engine) -> str:
+    """Where each stop of the server's agent runs got to (for a failure message only): whether its
+    close thread started and ended, and what its sandbox and container are now."""
+    lines = []
+    for work in list(srv.server.config.app.state.service.active):
+        halt = work.halt
+        closer = halt._closer
+        box = halt._box
+        sandbox = getattr(box, "_sandbox", None)
+        cid = getattr(sandbox, "container_id", None)
+        try:
+            container = engine.containers.get(cid).status if cid else None
+        except Exception as e:  # noqa: BLE001 - a description, whatever it finds
+            container = type(e).__name__
+        lines.append(f"stop asked {halt.event.is_set()}, closer {closer and (closer.ident, closer.is_alive())}, "
+                     f"box closed {getattr(box, '_closed', None)}, sandbox {sandbox!r} closed "
+                     f"{getattr(sandbox, '_closed', None)}, container {container}")
+    return "\n".join(lines) or "no agent run in flight"
+
+
 def test_3_a_non_streaming_client_that_leaves_stops_its_agent(server, mock, docker_engine):
     mock.reset()
     impatient = sdk(server, timeout=8.0)
@@ -148,7 +168,7 @@ def test_3_a_non_streaming_client_that_leaves_stops_its_agent(server, mock, dock
         try:
             until(lambda: agent_runs(http)["active"] == 0, "the agent to stop", timeout=60, stacks=True)
         except AssertionError as e:
-            raise AssertionError(f"agent runs now: {agent_runs(http)}\n{e}") from None
+            raise AssertionError(f"agent runs now: {agent_runs(http)}\n{stop_state(server, docker_engine)}\n{e}") from None
         until(lambda: not api_containers(docker_engine, **{"hermes-batch.run": label(server)}), "the sandbox to go",
               stacks=True)
     assert len(mock.requests()) == 1
