@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes.agent import AgentEvents, AgentRun, Offloader, run_agent, run_agent_async
+from hermes.agent import AgentEvents, AgentRun, run_agent, run_agent_async
+from hermes.offload import Offload
 from hermes.entry import Reward
 from hermes.model import ModelClient
 from hermes.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxSpec
@@ -136,7 +138,7 @@ async def converse_async(
     spec: SandboxSpec,
     backend: SandboxBackend,
     *,
-    offload: Offloader,
+    offload: Offload,
     context: ToolContext | None = None,
     max_turns: int,
     system_prompt: str | None,
@@ -158,25 +160,23 @@ async def converse_async(
     """
     if image_first and _sandboxed(tools, prepare, judge):
         await offload(backend.ensure_image, spec.image)
-    box, ctx = _sandbox_and_context(tools, spec, backend, context, prefetch, remove_in_background, prepare, judge)
+    box, ctx = _sandbox_and_context(tools, spec, backend, context, prefetch, remove_in_background, prepare, judge,
+                                    prefetch_on=offload.pool)
     cancel = threading.Event()
 
     async def talk() -> Conversation:
         reward = None
         try:
             try:
-                try:
-                    if prepare is not None:
-                        await offload(prepare, box)
-                    run = await run_agent_async(client, prompt, openai_schemas(tools), ctx, offload=offload,
-                                                max_turns=max_turns, system_prompt=system_prompt, prefill=prefill,
-                                                cancel=cancel)
-                    if judge is not None and not run.error and not cancel.is_set():
-                        reward = await offload(judge, box)
-                finally:
-                    await offload(ctx.close)
+                if prepare is not None:
+                    await offload(prepare, box)
+                run = await run_agent_async(client, prompt, openai_schemas(tools), ctx, offload=offload,
+                                            max_turns=max_turns, system_prompt=system_prompt, prefill=prefill,
+                                            cancel=cancel)
+                if judge is not None and not run.error and not cancel.is_set():
+                    reward = await offload(judge, box)
             finally:
-                await offload(box.close)
+                await offload(_close, ctx, box)
         except Exception as e:
             e.sandbox_wait = box.wait  # type: ignore[attr-defined]  # a failed prompt still records its wait
             raise
@@ -195,6 +195,14 @@ async def converse_async(
     raise _timed_out(timeout, box)
 
 
+def _close(ctx: ToolContext, box: LazySandbox) -> None:
+    """The tool state, then the sandbox, however the first close ends (one trip to the pool)."""
+    try:
+        ctx.close()
+    finally:
+        box.close()
+
+
 def _retrieved(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled():
         task.exception()  # a timed-out conversation's own failure while it was being cancelled
@@ -205,12 +213,15 @@ def _sandboxed(tools: list[Tool], prepare: Any, judge: Any) -> bool:
 
 
 def _sandbox_and_context(tools: list[Tool], spec: SandboxSpec, backend: SandboxBackend, context: ToolContext | None,
-                         prefetch: bool, remove_in_background: bool, prepare: Any,
-                         judge: Any) -> tuple[LazySandbox, ToolContext]:
-    """The conversation's lazy sandbox, and the tool context its calls run with."""
+                         prefetch: bool, remove_in_background: bool, prepare: Any, judge: Any,
+                         prefetch_on: Executor | None = None) -> tuple[LazySandbox, ToolContext]:
+    """The conversation's lazy sandbox, and the tool context its calls run with. On a pool, even
+    a sandbox quick to open is prefetched: costing no thread of its own, its making (a local
+    folder's, three directories) is done while the model thinks, not in the first tool call."""
+    quick = prefetch_on is not None or backend.slow_to_open
     box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
-                      prefetch=prefetch and _sandboxed(tools, prepare, judge) and backend.slow_to_open,
-                      remove_in_background=remove_in_background)
+                      prefetch=prefetch and _sandboxed(tools, prepare, judge) and quick,
+                      remove_in_background=remove_in_background, prefetch_on=prefetch_on)
     ctx = context or ToolContext()
     ctx.sandbox = box
     ctx.offered = frozenset(t.name for t in tools)

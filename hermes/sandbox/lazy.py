@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from concurrent.futures import Executor, Future
 from typing import Callable
 
 from hermes.sandbox.base import EngineTimeout, ExecResult, Sandbox, SandboxError
@@ -21,7 +22,9 @@ from hermes.sandbox.base import EngineTimeout, ExecResult, Sandbox, SandboxError
 
 class LazySandbox:
     def __init__(self, factory: Callable[[], Sandbox], command_timeout: float, *, prefetch: bool = False,
-                 remove_in_background: bool = False):
+                 remove_in_background: bool = False, prefetch_on: Executor | None = None):
+        """prefetch_on: the pool a prefetch runs on (a batch run's offload threads) instead of a
+        thread of its own."""
         self._factory = factory
         self._remove_in_background = remove_in_background
         self.command_timeout = command_timeout  # known before the sandbox exists: tools cap by it
@@ -29,18 +32,21 @@ class LazySandbox:
         self.wait: float | None = None
         self._sandbox: Sandbox | None = None
         self._failure: BaseException | None = None
-        self._building: threading.Thread | None = None
+        self._building: threading.Thread | Future | None = None
         self._lock = threading.Lock()
         self._closed = False
         if prefetch:
-            self._prefetch()
+            self._prefetch(prefetch_on)
 
     @property
     def started(self) -> bool:
         return self._sandbox is not None
 
-    def _prefetch(self) -> None:
+    def _prefetch(self, pool: Executor | None) -> None:
         run = contextvars.copy_context().run  # its logs belong to this prompt's run
+        if pool is not None:
+            self._building = pool.submit(run, self._build)
+            return
         self._building = threading.Thread(target=run, args=(self._build,), name="sandbox-prefetch")
         self._building.start()
 
@@ -55,8 +61,13 @@ class LazySandbox:
 
     def _await_prefetch(self) -> None:
         building, self._building = self._building, None
-        if building is not None:
+        if isinstance(building, threading.Thread):
             building.join()
+        elif building is not None and not building.cancel():
+            # under way on another of the pool's threads: wait for it. Not started yet: it never
+            # will be, and the sandbox is made here instead (a call waiting on the pool for a
+            # prefetch queued behind it could wait for ever when every thread waits likewise).
+            building.result()
 
     def _get(self) -> Sandbox:
         asked = time.monotonic()
