@@ -42,6 +42,17 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
+def _not_exec_yet(p: "psutil.Process") -> bool:
+    """A child between vfork and exec (subprocess's way of starting one) shares its parent's
+    memory, and its smaps report all of it again: such a child has its parent's command line.
+    Counting it doubled a tree's peak whenever a sample fell in that moment."""
+    try:
+        parent = p.parent()
+        return parent is not None and p.cmdline() == parent.cmdline() and p.exe() == parent.exe()
+    except psutil.Error:
+        return False
+
+
 class TreeSampler:
     """Polls a process and all its descendants: peak summed PSS and RSS, peak process count."""
 
@@ -69,6 +80,8 @@ class TreeSampler:
             return
         pss = rss = 0
         for p in procs:
+            if _not_exec_yet(p):
+                continue
             pss += _pss_kib(p.pid)
             try:
                 rss += p.memory_info().rss >> 10

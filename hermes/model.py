@@ -68,13 +68,14 @@ DeltaCallback = Callable[[str, str], None]
 
 
 class ModelClient:
-    """One endpoint for a whole run, shared by all its prompt threads.
+    """One endpoint for a whole run, shared by all its prompts.
 
-    complete() calls go out from one event loop on a thread of its own, over one aiohttp pool
-    (hermes.model_calls): the calling thread hands its request over and waits for the answer.
-    With hundreds of prompt threads each doing its own HTTP, they queued on the sync pools' lock
-    and scans (bench/THROUGHPUT.md, workload 4); on one loop one thread uses one pool, which
-    hands out an idle connection in constant time.
+    Calls go out from one event loop on a thread of its own, over one aiohttp pool
+    (hermes.model_calls). A batch run's prompts are coroutines on that loop (start_on_loop) and
+    await complete_async() there; complete() is for a thread (a chat, an API request), which
+    hands its request over and waits for the answer. With hundreds of prompt threads each doing
+    its own HTTP, they queued on the sync pools' lock and scans, and later on the interpreter
+    lock's hand-over of every answer (bench/THROUGHPUT.md, workload 4).
     complete_stream() (the API server's, a few at a time) stays on a sync client of the same
     limiter: its deltas are relayed on the caller's own thread, as the agent's callbacks expect.
     """
