@@ -51,7 +51,8 @@ class PrefectSteps(orchestration.Steps):
     def fan_out(self, settings: RunSettings) -> Iterator[orchestration.Submit]:
         with self.task_runner(settings) as pool:
             if not local_processes.elsewhere(settings):
-                yield lambda batch, ctx: pool.submit(run_batch, {"batch": batch, "ctx": quote(ctx)})
+                # both quoted: Prefect walks every parameter for upstream futures, a batch's rows included
+                yield lambda batch, ctx: pool.submit(run_batch, {"batch": quote(batch), "ctx": quote(ctx)})
                 return
             order = remote.order_once()
 
