@@ -252,6 +252,31 @@ def test_closing_ends_the_commands_waited_on_in_the_channel_and_in_an_exec_of_th
     assert drain_removals(120)
 
 
+def test_a_closed_sandbox_ends_a_command_wait_even_where_its_socket_was_not_shut(make, docker_engine):
+    # The API's stop of a client that left was once in a few full suites seen to close the sandbox
+    # while its command's read waited on for ever. Whatever kept the socket from waking, the read
+    # asks every second whether its sandbox is still open: here the sandbox is marked closed with
+    # nothing else done (no socket shut, the container left running), and the wait must end.
+    sb = make(command_timeout=900)
+    ended: list[object] = []
+
+    def hold() -> None:
+        try:
+            ended.append(sb.exec("while [ ! -e /tmp/never ]; do sleep 0.05; done; echo through").output)
+        except SandboxError as e:
+            ended.append(e)
+
+    waiter = threading.Thread(target=hold)
+    waiter.start()
+    wait_until("the command", lambda: "/tmp/never" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    sb._closed = True  # what close() does first, and the only part of it done here
+    waiter.join(30)
+    assert not waiter.is_alive(), "the command's wait outlived its sandbox's close"
+    assert ended and ended[0] != "through\n"
+    sb._closed = False
+    sb.close()
+
+
 def test_a_shell_that_cannot_serve_a_channel_falls_back_to_an_exec_per_call(sb, docker_engine, monkeypatch):
     # Stands in for an image whose shell lacks what the channel needs (base64, head): its channel
     # shell ends at once. Every call then gets an exec of its own, as before the channel.

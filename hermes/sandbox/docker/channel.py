@@ -19,7 +19,7 @@ import base64
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hermes.sandbox.base import SandboxError
 
@@ -106,6 +106,8 @@ while IFS=' ' read -r n o a b c; do
   esac
 done
 """
+#: longest a read of a command's output waits before asking again whether its sandbox is still open
+WATCH_SECONDS = 1.0
 #: seconds a new channel may take to answer its first ping before the sandbox does without it
 CHANNEL_HELLO_TIMEOUT = 30.0
 #: a channel whose stdout carries more than this of earlier commands' background output between
@@ -135,18 +137,28 @@ def fmt_seconds(t: float) -> str:
 class Frames:
     """Reads the engine's multiplexed exec stream: (stream number, payload) pairs."""
 
-    def __init__(self, sock: Any):
+    def __init__(self, sock: Any, alive: Callable[[], bool] | None = None):
+        """alive: whether the stream's sandbox is still open, asked every WATCH_SECONDS of a wait."""
         self.io = sock
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.buf = bytearray()
+        self.alive = alive or (lambda: True)
 
     def _fill(self, n: int, deadline: float) -> bool:
         while len(self.buf) < n:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise socket.timeout("deadline")
-            self.raw.settimeout(min(left, 3600.0))
-            chunk = self.raw.recv(max(65536, n - len(self.buf)))
+            if not self.alive():
+                return False
+            # A wait in slices: a sandbox closed while its command runs ends the wait within one,
+            # even where the close's shutdown of this socket did not wake it (the API's stop of
+            # a client that left was seen waiting here for ever, once in a few full suites).
+            self.raw.settimeout(min(left, WATCH_SECONDS))
+            try:
+                chunk = self.raw.recv(max(65536, n - len(self.buf)))
+            except socket.timeout:
+                continue
             if not chunk:
                 return False
             self.buf += chunk

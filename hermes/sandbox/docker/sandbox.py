@@ -182,7 +182,7 @@ class DockerSandbox:
         except APIError as e:
             self.raise_if_dead()
             raise SandboxError(f"sandbox container {self.container_id[:12]}: {e.explanation or e}") from e
-        return ex["Id"], Frames(sock)
+        return ex["Id"], Frames(sock, alive=lambda: not self._closed)
 
     def _exit_code(self, exec_id: str) -> int:
         for _ in range(50):
