@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes.agent import AgentEvents, AgentRun, run_agent, run_agent_async
-from hermes.offload import Offload
 from hermes.entry import Reward
 from hermes.model import ModelClient
 from hermes.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from hermes.sandbox.lazy import LazySandbox
 from hermes.netpolicy import NetPolicy
+from hermes.offload import Offload
 from hermes.settings import AgentSettings
 from hermes.tools import ModelEndpoint, SharedResources, Tool, ToolContext, env_secret, needs_sandbox, openai_schemas
 
@@ -218,9 +218,9 @@ def _sandbox_and_context(tools: list[Tool], spec: SandboxSpec, backend: SandboxB
     """The conversation's lazy sandbox, and the tool context its calls run with. On a pool, even
     a sandbox quick to open is prefetched: costing no thread of its own, its making (a local
     folder's, three directories) is done while the model thinks, not in the first tool call."""
-    quick = prefetch_on is not None or backend.slow_to_open
+    worth_it = prefetch_on is not None or backend.slow_to_open
     box = LazySandbox(lambda: backend.open(spec), backend.settings.command_timeout,
-                      prefetch=prefetch and _sandboxed(tools, prepare, judge) and quick,
+                      prefetch=prefetch and _sandboxed(tools, prepare, judge) and worth_it,
                       remove_in_background=remove_in_background, prefetch_on=prefetch_on)
     ctx = context or ToolContext()
     ctx.sandbox = box

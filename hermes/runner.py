@@ -5,10 +5,10 @@ bounded by the run's slots so that --num_workers counts prompts in flight across
 """
 from __future__ import annotations
 
-import json
-import logging
 import asyncio
 import concurrent.futures
+import json
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
