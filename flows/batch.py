@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner, TaskRunner
+from prefect.task_runners import TaskRunner
 
 from hermes import local_processes, orchestration, rundir
 from hermes.settings import RunSettings
@@ -23,21 +23,18 @@ from tasks.steps import PrefectSteps
 
 
 def task_runner(settings: RunSettings) -> TaskRunner:
-    """Where batch tasks run. Without a Dask address: threads of the flow-run process,
-    num_workers batches at once at most, or with worker_processes > 1 worker processes of this
-    machine sharing num_workers (hermes/local_processes.py). With one: that
-    Dask cluster's workers (prefect-dask), as many batches at once as the cluster has worker
-    threads; num_workers then bounds the prompts in flight in each worker process (hermes/remote.py)."""
+    """What carries batch tasks out of the flow's process (only asked when they leave it: in
+    this process a batch is a coroutine on the run's loop, tasks/steps.py). With a Dask
+    address: that cluster's workers (prefect-dask), as many batches at once as the cluster has
+    worker threads; num_workers then bounds the prompts in flight in each worker process
+    (hermes/remote.py). With worker_processes > 1: worker processes of this machine sharing
+    num_workers (hermes/local_processes.py)."""
+    from prefect_dask import DaskTaskRunner
+
     if settings.dask_address:
-        from prefect_dask import DaskTaskRunner
-
         return DaskTaskRunner(address=settings.dask_address)
-    if local_processes.processes_for(settings) > 1:  # --worker_processes: processes of this machine
-        from prefect_dask import DaskTaskRunner
-
-        return DaskTaskRunner(cluster_class="distributed.LocalCluster",
-                              cluster_kwargs=local_processes.cluster_kwargs(settings))
-    return ThreadPoolTaskRunner(max_workers=settings.num_workers)
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                          cluster_kwargs=local_processes.cluster_kwargs(settings))
 
 
 def _stamp() -> str:

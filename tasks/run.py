@@ -6,7 +6,7 @@ import os
 from prefect import task
 from prefect.cache_policies import NONE
 
-from hermes import merge, remote, runner
+from hermes import merge, remote
 from hermes.session import Batch, RunSession
 
 
@@ -22,11 +22,6 @@ def api_key_from_secret(secret_name: str | None) -> str | None:
 @task(name="plan-run", cache_policy=NONE)
 def plan(session: RunSession) -> list[Batch]:
     return session.plan()
-
-
-@task(name="run-batch", cache_policy=NONE, task_run_name="batch-{batch.num}")
-def run_batch(batch: Batch, ctx: runner.RunContext) -> dict[str, int]:
-    return runner.run_batch(batch.num, batch.rows, ctx)
 
 
 def load_tool_secrets(tool_secrets: dict[str, str] | None) -> None:
