@@ -137,3 +137,30 @@ def test_a_sync_waiter_is_woken_by_a_release_on_the_loop():
 
     asyncio.run(main())
     assert got == [0] and limiter.in_flight == 1
+
+
+def test_a_started_offload_pool_has_its_threads_before_the_first_call():
+    # A batch's pool starts its threads with the run, never from the loop while prompts wait
+    # on it (a thread's start waits for the new thread: under load, that held up the loop).
+    import contextvars
+
+    from hermes.offload import SPARE_THREADS, Offload
+
+    def pool_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("started-io")]
+
+    offload = Offload(8, name="started-io").start()
+    try:
+        threads = set(pool_threads())
+        assert len(threads) == 8 + SPARE_THREADS
+        who = contextvars.ContextVar("who")
+
+        async def calls() -> list[str]:
+            who.set("prompt 3")
+            return await asyncio.gather(*(offload(lambda: f"{who.get()} on {threading.current_thread().name}")
+                                          for _ in range(20)))
+        answers = asyncio.run(calls())
+        assert all(a.startswith("prompt 3 on started-io") for a in answers)
+        assert set(pool_threads()) == threads  # no thread was made for the calls
+    finally:
+        offload.close()
