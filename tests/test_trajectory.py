@@ -47,6 +47,20 @@ def test_no_tools_gives_an_empty_list():
     assert "<tools>\n[]\n</tools>\n" in system_prompt([])
 
 
+def test_a_system_turn_made_again_follows_every_change_of_its_tools():
+    # Turns are kept by their tools (one made per tool set, not per prompt): a tool set that
+    # differs in any field, or a list changed in place after its turn was made, gets its own turn.
+    first = system_prompt([TERMINAL])
+    assert system_prompt([dict(TERMINAL)]) == first == SEED_SYSTEM
+    other = {**TERMINAL, "description": "Run shell commands"}
+    assert '"description": "Run shell commands"' in system_prompt([other])
+    tools = [dict(TERMINAL)]
+    assert system_prompt(tools) == SEED_SYSTEM
+    tools[0]["parameters"] = {"type": "object", "properties": {"cmd": {"type": "string"}}}
+    assert '"properties": {"cmd": {"type": "string"}}' in system_prompt(tools)
+    assert system_prompt([TERMINAL]) == SEED_SYSTEM
+
+
 # --------------------------------------------------------------------------- the seed example
 
 def test_seed_example_end_to_end():
