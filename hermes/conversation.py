@@ -158,7 +158,7 @@ async def converse_async(
     Past `timeout` the conversation is cancelled where it waits (a model call is taken back at
     once), its sandbox removed now (a tool call blocked in it fails), and PromptTimeout raised.
     """
-    if image_first and _sandboxed(tools, prepare, judge):
+    if image_first and _sandboxed(tools, prepare, judge) and not backend.image_known(spec.image):
         await offload(backend.ensure_image, spec.image)
     box, ctx = _sandbox_and_context(tools, spec, backend, context, prefetch, remove_in_background, prepare, judge,
                                     prefetch_on=offload.pool)

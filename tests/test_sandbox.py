@@ -371,6 +371,23 @@ def test_unavailable_image(image, settings):
 
 
 @docker_test
+def test_an_image_is_known_only_once_found_and_a_missing_one_never(image, settings):
+    # A prompt on the run's loop asks image_known() and skips its trip to a thread for the
+    # image check only when the check is already settled: a missing image is always checked.
+    from hermes.sandbox import get_backend
+
+    backend = get_backend(settings)
+    name = unpullable_image()
+    assert not backend.image_known(name)
+    with pytest.raises(ImageUnavailable):
+        backend.ensure_image(name)
+    assert not backend.image_known(name)
+    backend.ensure_image(image)
+    assert backend.image_known(image)
+    assert get_backend(settings.model_copy(update={"backend": "local"})).image_known(name)  # no images there
+
+
+@docker_test
 def test_system_cwd_gets_no_tmpfs_and_says_so(make, caplog):
     with caplog.at_level(logging.WARNING, logger="hermes.sandbox.docker.container"):
         sb = make(cwd="/etc")

@@ -255,6 +255,9 @@ class LocalBackend(SandboxBackend):
     name = "local"
     slow_to_open = False  # a temporary folder
 
+    def image_known(self, image: str) -> bool:
+        return True  # no images: commands run on this host
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         return LocalSandbox(spec, self.settings)
 

@@ -105,6 +105,11 @@ class SandboxBackend:
         """Make sure `image` can be used now (present, else pulled within settings.pull_timeout).
         Raises ImageUnavailable."""
 
+    def image_known(self, image: str) -> bool:
+        """Would ensure_image(image) return at once, asking no one? Asked on the prompts' event
+        loop, so it must not block: True lets a prompt skip a trip to a thread for nothing."""
+        return False
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         """Create and start one prompt's sandbox (its image ensured first). Raises
         ImageUnavailable / SandboxError / lifecycle.RunInterrupted (its run is stopping)."""

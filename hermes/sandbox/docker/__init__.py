@@ -39,6 +39,11 @@ class DockerBackend(SandboxBackend):
 
         ensure_image(image, pull_timeout=self.settings.pull_timeout)
 
+    def image_known(self, image: str) -> bool:
+        from hermes.sandbox.docker.engine import image_known
+
+        return image_known(image)
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         from hermes.sandbox.docker.sandbox import DockerSandbox
 

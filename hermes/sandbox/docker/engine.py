@@ -227,6 +227,13 @@ def ensure_image(*args: Any, pull_timeout: float | None = None, client: docker.D
     return image
 
 
+def image_known(image: str) -> bool:
+    """Whether ensure_image(image) would return at once: this process found the image on the
+    engine before. Never blocks (no client is made here)."""
+    client = _client
+    return client is not None and (_key(client), image) in _images_ok
+
+
 def image_config(image: str, pull_timeout: float, client: docker.DockerClient) -> dict:
     key = (_key(client), image)
     if key in _images_ok:
