@@ -67,7 +67,7 @@ class RunContext:
         client = ModelClient(settings, api_key)
         return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
                    backend=get_backend(settings.sandbox), prefill=prefill, secret=secret,
-                   _offload=Offload(settings.num_workers).start(), **kw)
+                   _offload=Offload(settings.num_workers), **kw)
 
     @property
     def uses_sandbox(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -18,6 +19,7 @@ from hermes.ratelimit import AdaptiveLimiter
 from hermes.settings import AgentSettings
 from hermes.tools import openai_schemas, tools_for
 from mockllm import MockLLM
+from tests.helpers import until
 
 THREADS = 48
 
@@ -139,28 +141,43 @@ def test_a_sync_waiter_is_woken_by_a_release_on_the_loop():
     assert got == [0] and limiter.in_flight == 1
 
 
-def test_a_started_offload_pool_has_its_threads_before_the_first_call():
-    # A batch's pool starts its threads with the run, never from the loop while prompts wait
-    # on it (a thread's start waits for the new thread: under load, that held up the loop).
+def test_the_offload_pool_gives_a_call_stuck_behind_long_ones_a_thread_and_short_ones_share():
+    # A batch's blocking calls: a command that runs long must not make another prompt's call wait
+    # for it, and a burst of short calls must not make a thread each (the lock's hand-over among
+    # hundreds of threads cost more than the calls).
     import contextvars
 
-    from hermes.offload import SPARE_THREADS, Offload
+    from hermes.offload import ElasticPool, Offload
 
-    def pool_threads() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("started-io")]
-
-    offload = Offload(8, name="started-io").start()
+    pool = ElasticPool(24, core=2, grow_after=0.5, idle_seconds=0.5, name="elastic-io")
     try:
-        threads = set(pool_threads())
-        assert len(threads) == 8 + SPARE_THREADS
-        who = contextvars.ContextVar("who")
+        assert pool.threads == 2  # made with the pool, not from the loop by a call
+        shorts = [pool.submit(time.sleep, 0.001) for _ in range(40)]
+        for f in shorts:
+            f.result(timeout=30)
+        assert pool.threads == 2  # cleared by the two threads there: no thread per short call
+        release = threading.Event()
+        long_calls = [pool.submit(release.wait, 30) for _ in range(2)]
+        assert pool.submit(lambda: "short").result(timeout=5) == "short"  # not after the long ones
+        stuck = [pool.submit(release.wait, 30) for _ in range(30)]
+        until(lambda: pool.threads == 24, "a thread for each call that waited, up to the most", 10)
+        time.sleep(0.3)
+        assert pool.threads == 24 and sum(f.running() for f in long_calls + stuck) == 24  # the rest wait
+        release.set()
+        for f in long_calls + stuck:
+            assert f.result(timeout=10) is True
+        until(lambda: pool.threads == 2, "threads beyond the core leave once idle", 10)
+    finally:
+        pool.shutdown(wait=True)
+    assert pool.threads == 0
 
-        async def calls() -> list[str]:
-            who.set("prompt 3")
-            return await asyncio.gather(*(offload(lambda: f"{who.get()} on {threading.current_thread().name}")
-                                          for _ in range(20)))
-        answers = asyncio.run(calls())
-        assert all(a.startswith("prompt 3 on started-io") for a in answers)
-        assert set(pool_threads()) == threads  # no thread was made for the calls
+    offload = Offload(4, core=2)
+    who = contextvars.ContextVar("who")
+
+    async def calls() -> list[str]:
+        who.set("prompt 3")
+        return await asyncio.gather(*(offload(lambda: who.get()) for _ in range(20)))
+    try:
+        assert asyncio.run(calls()) == ["prompt 3"] * 20  # each call in the awaiting coroutine's context
     finally:
         offload.close()
