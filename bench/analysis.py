@@ -266,7 +266,7 @@ METHOD_NOTES = """\
   `--num_workers` whatever the batch size). It was warmed up once per invocation with a 4-prompt run
   (its first run in a fresh venv pip-installs `edge-tts`).
 - **Sandbox image**: the reference's Docker backend runs everything through `bash`, which our busybox
-  image lacks, so both systems use `hermes-bench-sandbox:latest` = `hermes-sandbox:latest` + a static bash
+  image lacks, so both systems use `hermes-bench-sandbox:latest` = `hermes-sandbox-mini:latest` + a static bash
   (Debian's `bash-static`), built by the benchmark. The reference shares one long-lived container
   between the prompts of a worker (label `hermes-task-id=default`), runs commands with the `docker` CLI and
   leaves its containers running at exit; the benchmark removes them (label `hermes-agent`) after each

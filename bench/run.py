@@ -37,7 +37,7 @@ from bench.common import (  # noqa: E402
 REFERENCE_VERSION = "0.19.0"
 VENV = BENCH / ".venv-reference"
 BENCH_IMAGE = "hermes-bench-sandbox:latest"
-BASE_IMAGE = "hermes-sandbox:latest"
+BASE_IMAGE = "hermes-sandbox-mini:latest"  # the static busybox image (once named hermes-sandbox:latest)
 #: the systems compared: "ours" as a user runs it by default (a Prefect flow on the local background
 #: server of its PREFECT_HOME, which the first run of "ours", the warm-up, starts and the others reuse),
 #: "ours-server" with a standing `prefect server start` (PREFECT_API_URL), "ours-direct" with --engine direct
@@ -66,9 +66,11 @@ def ensure_reference() -> Path:
 
 
 def ensure_images() -> None:
-    """Our default image, plus a bench image = it + a static bash (the reference's docker backend
-    runs everything through `bash`, which the busybox image lacks). Both systems use the bench image."""
-    sh([sys.executable, "-m", "hermes.sandbox.image", "ensure"], cwd=REPO, stdout=subprocess.DEVNULL)
+    """Our small busybox image, plus a bench image = it + a static bash (the reference's docker
+    backend runs everything through `bash`, which the busybox image lacks). Both systems use the
+    bench image."""
+    sh([sys.executable, "-m", "hermes.sandbox.image", "ensure", "--tag", BASE_IMAGE], cwd=REPO,
+       stdout=subprocess.DEVNULL)
     if subprocess.run(["docker", "image", "inspect", BENCH_IMAGE], capture_output=True).returncode == 0:
         return
     log(f"building {BENCH_IMAGE}: {BASE_IMAGE} + bash-static (Debian package)")
