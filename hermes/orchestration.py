@@ -8,8 +8,8 @@
 defaults are plain calls, each batch a coroutine on the run's loop (the direct engine,
 hermes/direct.py); the Prefect flow (flows/batch.py, tasks/steps.py) runs its batches the same
 way and adds task runs for plan, merge and report, its Dask task runner for batches that leave
-the process, progress artifacts and a way on when its API goes away. A run started one way resumes the other way: the journal,
-index, checkpoint and outputs are the same. Nothing here imports Prefect.
+the process, progress artifacts and a way on when its API goes away. A run started one way
+resumes the other way: the journal, index, checkpoint and outputs are the same. Nothing here imports Prefect.
 
 With settings.dask_address the batches run on a Dask cluster's workers (hermes/remote.py), and
 with --worker_processes N on worker processes of this machine (hermes/local_processes.py): they

@@ -66,8 +66,7 @@ class RunContext:
         run_dir = Path(settings.output_dir) / settings.run_name
         client = ModelClient(settings, api_key)
         return cls(settings=settings, run_id=run_id, run_dir=run_dir, client=client, distribution=dist,
-                   backend=get_backend(settings.sandbox), prefill=prefill, secret=secret,
-                   _offload=Offload(settings.num_workers), **kw)
+                   backend=get_backend(settings.sandbox), prefill=prefill, secret=secret, **kw)
 
     @property
     def uses_sandbox(self) -> bool:
