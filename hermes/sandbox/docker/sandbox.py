@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: extra seconds the host waits beyond a command's own time limit before giving up on it
 HOST_GRACE = 5.0
+#: how long a command whose stream ended early waits for the engine to say whether its container died
+DEATH_NOTICE_SECONDS = 2.0
 
 
 class DockerSandbox:
@@ -195,14 +197,19 @@ class DockerSandbox:
 
     def raise_if_dead(self) -> None:
         """A container that stopped (e.g. its memory filled up) cannot run anything more."""
-        for attempt in range(3):  # the engine notices a dying container a moment late
+        # Asked only when a command's stream ended without its end marker. The engine notices a
+        # dying container a moment late: 0.2 s of asking was once too short under the parallel
+        # suite (a container whose every process was killed still read as running), so ask for
+        # up to DEATH_NOTICE_SECONDS.
+        give_up = time.monotonic() + DEATH_NOTICE_SECONDS
+        while True:
             try:
                 state = self.api.inspect_container(self.container_id).get("State") or {}
             except NotFound:
                 state = {"Status": "removed"}
             except DockerException:
                 return
-            if not state.get("Running") or attempt == 2:
+            if not state.get("Running") or time.monotonic() >= give_up:
                 break
             time.sleep(0.1)
         if not state.get("Running"):
