@@ -176,10 +176,13 @@ def run_measured(cmd: list[str], *, env: dict[str, str], cwd: Path, log_path: Pa
 
 
 class MockServer:
-    """`python -m bench.mockserver` in its own process; stop() returns its CPU seconds."""
+    """`python -m bench.mockserver` in its own process; stop() returns its CPU seconds.
 
-    def __init__(self, *, latency: float, turns: int, log_path: Path, src: Path = REPO, options: tuple = ()):
-        self.latency, self.turns, self.log_path, self.src = latency, turns, log_path, src
+    Always this tree's mock, whichever commit of ours is measured: it is the endpoint, the same
+    for both sides of an A/B."""
+
+    def __init__(self, *, latency: float, turns: int, log_path: Path, options: tuple = ()):
+        self.latency, self.turns, self.log_path = latency, turns, log_path
         self.options = [str(o) for o in options]  # more mockllm options, e.g. ("--rpm", 600)
         self.proc: subprocess.Popen | None = None
         self.url = ""
@@ -187,7 +190,7 @@ class MockServer:
     def start(self) -> str:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HERMES_BENCH_SRC": str(self.src)}
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.mockserver", "--port", "0", "--latency", str(self.latency),
              "--turns", str(self.turns), *self.options],

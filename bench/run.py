@@ -242,8 +242,7 @@ class Systems:
         if not dataset.exists():
             write_dataset(dataset, n)
         batch_size = max(1, math.ceil(n / workers))  # the reference runs one process per batch
-        mock = MockServer(latency=latency, turns=turns, log_path=where / "mock.log", src=self.src,
-                          options=mock_options)
+        mock = MockServer(latency=latency, turns=turns, log_path=where / "mock.log", options=mock_options)
         url = mock.start()
         try:
             cmd, env, cwd = self.command(system, dataset=dataset, run_name=run_name, workers=workers,

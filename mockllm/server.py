@@ -1,15 +1,24 @@
-"""The mock's HTTP server: routes, injected latency and errors, the in-process MockLLM."""
+"""The mock's HTTP server: routes, injected latency and errors, the in-process MockLLM.
+
+aiohttp on one event loop: the benchmarks run the mock on the same two cores as the system they
+measure, and at 512 clients a thread per connection (http.server) cost 0.9 ms of CPU a request
+against 0.6 here (bench/THROUGHPUT.md, session 9)."""
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
 import math
 import random
+import socket
 import sys
 import threading
-import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
+
+import aiohttp
+import aiohttp.http_exceptions
+import orjson
+from aiohttp import web
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
 from mockllm.images import ImageAPI
@@ -83,224 +92,220 @@ class MockState:
 
 # --------------------------------------------------------------------------- HTTP
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 512      # many concurrent clients connect at once
-    state: MockState
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # clients hanging up is normal
-            super().handle_error(request, client_address)
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+SERVER_NAME = "hermes-mock-llm/1"
+KEEPALIVE_SECONDS = 120  # idle keep-alive connections are dropped after this
+MAX_BODY = 256 << 20     # vision and image-edit requests carry images
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"   # keep-alive, so client connection pools work
-    server_version = "hermes-mock-llm/1"
-    timeout = 120                   # idle keep-alive connections are dropped after this
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
-    _extra_headers: dict[str, str] = {}  # rate-limit headers of the request being answered (never mutated)
-    server: _Server
+class ClientGone(Exception):
+    """The client hung up before its whole request body arrived: no request, no answer."""
 
-    # ----- routing
 
-    def do_GET(self) -> None:
-        self._extra_headers = {}  # the handler lives as long as its connection
-        path = self.path.split("?", 1)[0].rstrip("/")
+def json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(payload),
+                        headers={"Content-Type": "application/json", "Server": SERVER_NAME,
+                                 "x-request-id": f"req_mock{uuid.uuid4().hex[:16]}", **(headers or {})})
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return json_response(status, error_body(status, message), headers)
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except (ConnectionError, aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError) as exc:
+        raise ClientGone() from exc
+
+
+class Routes:
+    """The mock's endpoints. Handlers run on the server's loop; MockState is shared with callers."""
+
+    def __init__(self, state: MockState):
+        self.state = state
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/")
+        try:
+            if request.method == "GET":
+                return self.get(request, path)
+            if request.method == "POST":
+                return await self.post(request, path)
+            await read_body(request)
+            return error_response(405, f"{request.method} is not supported")
+        except ClientGone:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=400)  # never reaches the client: its connection is closed
+
+    def get(self, request: web.Request, path: str) -> web.StreamResponse:
+        state = self.state
         if path == "/health":
-            self._send_json(200, {"status": "ok"})
-        elif path in ("/v1/models", "/models"):
-            self._send_json(200, {"object": "list", "data": [
+            return json_response(200, {"status": "ok"})
+        if path in ("/v1/models", "/models"):
+            return json_response(200, {"object": "list", "data": [
                 {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "hermes-batch"}]})
-        elif path == "/_mock/requests":
-            self._send_json(200, self.server.state.snapshot()[0])
-        elif path == "/_mock/stats":
-            self._send_json(200, self.server.state.snapshot()[1])
-        elif path == "/_mock/image_requests":
-            self._send_json(200, self.server.state.images.snapshot())
-        elif path.startswith("/_mock/files/"):
-            self._send_file(self.server.state.images.file(path.rsplit("/", 1)[1]))
-        elif path in ("/v1/chat/completions", "/chat/completions", "/_mock/reset"):
-            self._send_error(405, f"use POST for {path}")
-        else:
-            self._send_error(404, f"no route for GET {path}")
+        if path == "/_mock/requests":
+            return json_response(200, state.snapshot()[0])
+        if path == "/_mock/stats":
+            return json_response(200, state.snapshot()[1])
+        if path == "/_mock/image_requests":
+            return json_response(200, state.images.snapshot())
+        if path.startswith("/_mock/files/"):
+            data = state.images.file(path.rsplit("/", 1)[1])
+            if data is None:
+                return error_response(404, "no such mock file")
+            return web.Response(body=data, headers={"Content-Type": "image/png", "Server": SERVER_NAME})
+        if path in (*CHAT_PATHS, "/_mock/reset"):
+            return error_response(405, f"use POST for {path}")
+        return error_response(404, f"no route for GET {path}")
 
-    def do_POST(self) -> None:
-        self._extra_headers = {}
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/v1/chat/completions", "/chat/completions"):
-            self._guarded(self._chat)
-        elif path in ("/v1/images/generations", "/images/generations"):
-            self._guarded(lambda: self._send_json(*self.server.state.images.generations(self._read_body(), self._host())))
-        elif path in ("/v1/images/edits", "/images/edits"):
-            self._guarded(lambda: self._send_json(*self.server.state.images.edits(
-                self.headers.get("Content-Type", ""), self._read_body(), self._host())))
-        elif path == "/_mock/reset":
-            self._read_body()
-            self.server.state.reset()
-            self._send_json(200, {"status": "reset"})
-        else:
-            self._read_body()
-            self._send_error(404, f"no route for POST {path}")
+    async def post(self, request: web.Request, path: str) -> web.StreamResponse:
+        state = self.state
+        if path in CHAT_PATHS:
+            return await self.guarded(self.chat(request))
+        if path in ("/v1/images/generations", "/images/generations"):
+            return await self.guarded(self.images(request, lambda raw, host: state.images.generations(raw, host)))
+        if path in ("/v1/images/edits", "/images/edits"):
+            kind = request.headers.get("Content-Type", "")
+            return await self.guarded(self.images(request, lambda raw, host: state.images.edits(kind, raw, host)))
+        await read_body(request)
+        if path == "/_mock/reset":
+            state.reset()
+            return json_response(200, {"status": "reset"})
+        return error_response(404, f"no route for POST {path}")
 
-    # ----- chat completions
-
-    def _guarded(self, handler) -> None:
-        state = self.server.state
+    async def guarded(self, handler) -> web.StreamResponse:
+        state = self.state
         state.count("in_flight")
         try:
-            handler()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-        except Exception as exc:  # a bug in the mock must not kill the connection silently
+            return await handler
+        except (ClientGone, web.HTTPException):  # aiohttp's own answers (413 for a body past MAX_BODY)
+            raise
+        except ConnectionError as exc:
+            raise ClientGone() from exc
+        except Exception as exc:  # a bug in the mock must answer, not hang its client
             state.count("errors")
-            self.close_connection = True
-            try:
-                self._send_error(500, f"mock server error: {type(exc).__name__}: {exc}")
-            except OSError:
-                pass
+            response = error_response(500, f"mock server error: {type(exc).__name__}: {exc}")
+            response.force_close()
+            return response
         finally:
             state.count("in_flight", -1)
 
-    def _chat(self) -> None:
-        state = self.server.state
+    async def images(self, request: web.Request, answer) -> web.StreamResponse:
+        raw = await read_body(request)
+        host = request.headers.get("Host") or "%s:%d" % request.transport.get_extra_info("sockname")[:2]
+        return json_response(*answer(raw, host))
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        state = self.state
         state.count("requests")
+        extra: dict[str, str] = {}
         if state.bucket is not None:
             # The cap is checked on arrival and a refusal is answered at once, as providers do.
             allowed, wait, headers = state.bucket.take()
             if state.config.ratelimit_headers:
-                self._extra_headers = headers
+                extra = headers
             if not allowed:
-                self._read_body()
+                await read_body(request)
                 state.count("rate_limited")
                 state.count("errors")
-                return self._send_error(429, f"Rate limit reached for requests per min (RPM): Limit {state.config.rpm:g}. "
-                                             f"Please try again in {format_duration(wait)}.",
-                                        {"Retry-After": str(max(1, math.ceil(wait))),
-                                         "retry-after-ms": str(max(1, round(wait * 1000)))})
-        raw, length = self._read_body(), self.headers.get("Content-Length", "")
-        if length.isdigit() and len(raw) < int(length):
-            # the client went away before its whole body arrived (killed mid-request): no request, no answer
-            self.close_connection = True
-            return None
+                return error_response(
+                    429, f"Rate limit reached for requests per min (RPM): Limit {state.config.rpm:g}. "
+                         f"Please try again in {format_duration(wait)}.",
+                    {**extra, "Retry-After": str(max(1, math.ceil(wait))),
+                     "retry-after-ms": str(max(1, round(wait * 1000)))})
+        raw = await read_body(request)
         try:
-            body = json.loads(raw or b"null")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return self._bad_request(f"request body is not valid JSON: {exc}")
+            body = orjson.loads(raw or b"null")
+        except orjson.JSONDecodeError as exc:
+            return self.failure(400, f"request body is not valid JSON: {exc}", extra)
         state.record(body)
         try:
             conv = parse_conversation(body)
             reply = reply_for(conv, state.config)
         except BadRequest as exc:
-            return self._bad_request(str(exc))
-        time.sleep(state.latency() + reply.sleep)
+            return self.failure(400, str(exc), extra)
+        await asyncio.sleep(state.latency() + reply.sleep)
         if state.injected_error(conv.first_user):
             state.count("injected_errors")
-            return self._fail(state.config.error_status, "injected failure (mock-llm --fail-first / --error-rate)")
+            return self.failure(state.config.error_status, "injected failure (mock-llm --fail-first / --error-rate)",
+                                extra)
         if reply.error_status and state.scripted_error_due(conv.first_user, conv.assistant_turns, reply.error_times):
-            return self._fail(reply.error_status, f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})")
+            return self.failure(reply.error_status,
+                                f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})", extra)
         state.count("ok")
-        if body.get("stream"):
-            state.count("streamed")
-            self._send_stream(completion_chunks(body, reply, state.config.reasoning))
-        else:
-            self._send_json(200, completion_object(body, reply, state.config.reasoning))
+        if not body.get("stream"):
+            return json_response(200, completion_object(body, reply, state.config.reasoning), extra)
+        state.count("streamed")
+        return await self.stream(request, completion_chunks(body, reply, state.config.reasoning), extra)
 
-    def _bad_request(self, message: str) -> None:
-        self.server.state.count("bad_requests")
-        self._fail(400, message)
-
-    def _fail(self, status: int, message: str) -> None:
-        self.server.state.count("errors")
-        headers = {}
+    def failure(self, status: int, message: str, extra: dict[str, str]) -> web.Response:
+        state = self.state
+        state.count("errors")
+        if status == 400:
+            state.count("bad_requests")
+        headers = dict(extra)
         if status in (429, 503):
-            seconds = self.server.state.config.retry_after
-            headers = {"Retry-After": _format_seconds(seconds), "retry-after-ms": str(int(seconds * 1000))}
-        self._send_error(status, message, headers)
+            seconds = state.config.retry_after
+            headers.update({"Retry-After": _format_seconds(seconds), "retry-after-ms": str(int(seconds * 1000))})
+        return error_response(status, message, headers)
 
-    # ----- I/O
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            self.close_connection = True  # not supported; the unread body would corrupt keep-alive
-            return b""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            return b""
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        self._send_json(status, error_body(status, message), headers)
-
-    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("x-request-id", f"req_mock{uuid.uuid4().hex[:16]}")
-        for name, value in {**self._extra_headers, **(headers or {})}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _host(self) -> str:
-        return self.headers.get("Host") or "%s:%d" % self.server.server_address[:2]
-
-    def _send_file(self, data: bytes | None) -> None:
-        if data is None:
-            return self._send_error(404, "no such mock file")
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send_stream(self, chunks: Iterator[dict]) -> None:
+    async def stream(self, request: web.Request, chunks: Iterator[dict], extra: dict[str, str]) -> web.StreamResponse:
         """Server-sent events over chunked transfer encoding (so keep-alive still works)."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        for name, value in self._extra_headers.items():
-            self.send_header(name, value)
-        self.end_headers()
+        response = web.StreamResponse(status=200, headers={
+            "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", "Server": SERVER_NAME,
+            **extra})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
         for chunk in chunks:
-            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode("utf-8"))
-        self._write_chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
+            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n")
 
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.state.config.verbose:
-            super().log_message(format, *args)
+def make_app(state: MockState, middlewares: Iterable[Any] = ()) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY, middlewares=list(middlewares))
+    app.router.add_route("*", "/{tail:.*}", Routes(state).dispatch)
+    return app
 
 
 def _format_seconds(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is not on every platform
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 # --------------------------------------------------------------------------- in-process API
 
 
 class MockLLM:
-    """The mock server, in a background thread.
+    """The mock server, on an event loop in a background thread.
 
     ``MockLLM(port=0, host="127.0.0.1", **MockConfig fields)``; ``start()`` returns the base_url
     (``http://HOST:PORT/v1``), ``stop()`` shuts it down; as a context manager it yields itself
     started. ``requests()``, ``stats()`` and ``reset()`` mirror the ``/_mock/*`` endpoints.
+    ``middlewares`` are aiohttp middlewares put before the mock's routes (the benchmark's clock).
     """
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", config: MockConfig | None = None, **options: Any):
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", config: MockConfig | None = None,
+                 middlewares: Iterable[Any] = (), **options: Any):
         if config is not None and options:
             raise TypeError("pass either config or keyword options, not both")
         self.config = config or MockConfig(**options)
         self.host, self.port = host, port
         self.state = MockState(self.config)
-        self._server: _Server | None = None
+        self._middlewares = list(middlewares)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -315,26 +320,45 @@ class MockLLM:
         return f"{self.url}/v1"
 
     def start(self) -> str:
-        if self._server is not None:
+        if self._runner is not None:
             return self.base_url
-        server = _Server((self.host, self.port), _Handler)
-        server.state = self.state
-        self.port = server.server_address[1]
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"mock-llm:{self.port}", daemon=True)
+        # The socket is bound here, so a taken port is an OSError in the caller, not in the thread.
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family, backlog=512)
+        self.port = sock.getsockname()[1]
+        loop = _new_loop()
+        access = logging.getLogger("mockllm.access")
+        if self.config.verbose and not access.handlers:
+            access.addHandler(logging.StreamHandler(sys.stderr))
+            access.setLevel(logging.INFO)
+        runner = web.AppRunner(make_app(self.state, self._middlewares), handle_signals=False,
+                               access_log=access if self.config.verbose else None,
+                               keepalive_timeout=KEEPALIVE_SECONDS, shutdown_timeout=0.5)
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.SockSite(runner, sock, backlog=512).start())
+        except BaseException:
+            sock.close()
+            loop.close()
+            raise
+        self._loop, self._runner = loop, runner
+        self._thread = threading.Thread(target=loop.run_forever, name=f"mock-llm:{self.port}", daemon=True)
         self._thread.start()
         return self.base_url
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        runner, self._runner = self._runner, None
+        if runner is None:
             return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        loop, thread = self._loop, self._thread
+        try:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
+            self._loop = self._thread = None
 
     def requests(self) -> list[Any]:
         return self.state.snapshot()[0]
@@ -355,4 +379,3 @@ class MockLLM:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
-

@@ -1,10 +1,11 @@
 """The OpenAI wire format of a reply: completion objects, stream chunks, error bodies."""
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any, Iterator
+
+import orjson
 
 from mockllm.conversation import STREAM_PIECE, Reply
 
@@ -24,7 +25,7 @@ def render_text(reply: Reply, mode: str) -> tuple[str | None, dict[str, str]]:
 
 def usage_of(body: dict, reply: Reply) -> dict[str, int]:
     """Rough token counts: characters / 4."""
-    prompt = len(json.dumps(body.get("messages", []))) + len(json.dumps(body.get("tools") or []))
+    prompt = len(orjson.dumps(body.get("messages", []))) + len(orjson.dumps(body.get("tools") or []))
     completion = len(reply.content or "") + len(reply.reasoning or "")
     completion += sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
     prompt_tokens, completion_tokens = max(1, prompt // 4), max(1, completion // 4)
