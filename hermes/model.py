@@ -14,14 +14,15 @@ import concurrent.futures
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
 
-import openai
-from openai.lib.streaming.chat import ChatCompletionStreamState
-
+from hermes.lazyimport import imported
 from hermes.model_calls import CallError, CallLoop, Endpoint
-from hermes.ratelimit import AdaptiveLimiter, LimitedHttpClient
+from hermes.ratelimit import AdaptiveLimiter
 from hermes.settings import API_KEY_ENV_VARS, AgentSettings
+
+if TYPE_CHECKING:
+    import openai
 
 T = TypeVar("T")
 
@@ -99,10 +100,11 @@ class ModelClient:
 
     @property
     def client(self) -> openai.OpenAI:
-        """The sync SDK client of the streams, made on first use."""
-        return self._made("_sync", lambda: openai.OpenAI(
+        """The sync SDK client of the streams, made on first use (the SDK is imported then)."""
+        sdk = imported("hermes.model_sdk")
+        return self._made("_sync", lambda: sdk.openai.OpenAI(
             base_url=self._base_url, api_key=self.api_key, timeout=self._timeout, max_retries=self._max_retries,
-            http_client=LimitedHttpClient(self.limiter, timeout=self._timeout)))
+            http_client=sdk.LimitedHttpClient(self.limiter, timeout=self._timeout)))
 
     def _calls(self) -> CallLoop:
         return self._made("_loop", lambda: CallLoop(lambda: Endpoint(
@@ -174,10 +176,12 @@ class ModelClient:
         The SDK's own stream state assembles the chunks (tool-call arguments included) into
         the completion a non-streamed call would have returned.
         """
-        state = ChatCompletionStreamState()
+        client = self.client
+        openai = imported("openai")
+        state = imported("openai.lib.streaming.chat").ChatCompletionStreamState()
         try:
-            stream = self.client.chat.completions.create(**self._request(messages, tools), stream=True,
-                                                         stream_options={"include_usage": True})
+            stream = client.chat.completions.create(**self._request(messages, tools), stream=True,
+                                                    stream_options={"include_usage": True})
             with stream:
                 for chunk in stream:
                     state.handle_chunk(chunk)

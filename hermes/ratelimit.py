@@ -31,7 +31,6 @@ import threading
 import time
 from typing import Any, Mapping
 
-import openai
 
 log = logging.getLogger(__name__)
 
@@ -208,26 +207,3 @@ class AdaptiveLimiter:
 def _resolve(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
-
-
-class LimitedHttpClient(openai.DefaultHttpxClient):
-    """The SDK's own HTTP client (its defaults), with every request it sends admitted by `limiter`.
-
-    `send` is where each attempt of the SDK's retry loop goes out, so the limiter sees every
-    attempt and its answer; the SDK's backoff sleeps happen outside it, holding no place.
-    """
-
-    def __init__(self, limiter: AdaptiveLimiter, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.limiter = limiter
-
-    def send(self, request, **kwargs):  # type: ignore[override]
-        epoch = self.limiter.acquire()
-        try:
-            response = super().send(request, **kwargs)
-        except BaseException:
-            self.limiter.release(epoch, None)
-            raise
-        # A streamed answer is released at its headers: a rate limit counts requests as they start.
-        self.limiter.release(epoch, response.status_code, response.headers)
-        return response

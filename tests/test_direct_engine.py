@@ -44,6 +44,8 @@ def test_direct_run_writes_what_a_prefect_run_writes_and_never_loads_prefect(tmp
     loaded = imported_modules(done.stderr)
     assert {"hermes.direct", "hermes.orchestration", "docker"} <= loaded  # the one orchestration, no Prefect
     assert not {m for m in loaded if m == "prefect" or m.startswith("prefect.")}, "the direct engine loaded Prefect"
+    # nothing streamed, no image looked at or drawn: the openai SDK (0.7 s of a start) stays unloaded
+    assert "openai" not in loaded, "a run with no stream, vision or image call loaded the openai SDK"
 
     out = tmp_path / "data" / "direct"
     assert {"trajectories.jsonl", "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json",

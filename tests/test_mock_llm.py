@@ -511,3 +511,18 @@ def test_a_request_cut_off_before_its_body_is_not_recorded():
                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         assert reply.status_code == 200
         assert [r["messages"][0]["content"] for r in llm.requests()] == ["hi"]
+
+
+def test_a_request_body_sent_chunked_is_read():
+    """A client that streams its body (Transfer-Encoding: chunked, no Content-Length) is answered
+    like any other, and its request is recorded whole."""
+    def body():
+        yield b'{"model": "m", "messages": [{"role": "user", '
+        yield b'"content": "chunked hi"}]}'
+
+    with MockLLM() as llm:
+        reply = httpx.post(f"{llm.base_url}/chat/completions", content=body(), timeout=30,
+                           headers={"Content-Type": "application/json"})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"]
+        assert [r["messages"][0]["content"] for r in llm.requests()] == ["chunked hi"]

@@ -1,11 +1,8 @@
 """Small helpers shared by the tool modules (no tool lives here)."""
 from __future__ import annotations
 
-import importlib
 import json
 import shlex
-import threading
-from types import ModuleType
 from typing import Any
 
 # Marker that tool scripts print before machine-readable lines, so that stray stderr
@@ -15,17 +12,6 @@ MARK = "__HERMES_7f3a__"
 # Foreground commands never wait longer than this, whatever the model asks for,
 # when the sandbox does not advertise a limit of its own.
 FALLBACK_TIMEOUT_LIMIT = 600.0
-
-
-_importing = threading.Lock()
-
-
-def imported(name: str) -> ModuleType:
-    """A module a tool imports on first use, imported under one lock: a prompt's parallel tool
-    calls would otherwise import it in several threads at once, and one of them could find it
-    half-initialised ("partially initialized module 'httpx' has no attribute 'URL'")."""
-    with _importing:
-        return importlib.import_module(name)
 
 
 def dumps(obj: Any) -> str:

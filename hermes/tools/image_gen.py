@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 # at load, not in the tool's call: see hermes/tools/vision.py
 import httpx
-import openai
 from pydantic import BaseModel, Field
 
+from hermes.lazyimport import imported
 from hermes.tools import images
 from hermes.tools._common import dumps
 from hermes.tools.registry import Tool, Toolset, register
@@ -129,6 +129,7 @@ def _openai(ctx: Any, s: ImageGenSettings, prompt: str, aspect: str, inputs: lis
     if not base_url:
         raise BackendError("no image endpoint is configured: set --image_base_url (HERMES_IMAGE_BASE_URL)", "not_configured")
     client = openai_client(ctx, "image", base_url, key, s.timeout)
+    openai = imported("openai")
     kw: dict[str, Any] = {"model": s.model or "gpt-image-1", "prompt": prompt, "n": 1,
                           "size": getattr(s, f"size_{aspect}")}
     if s.response_format != "auto":

@@ -13,13 +13,14 @@ import hashlib
 import os
 from typing import Any
 
-# Imported here, not in the tool's call: a prompt's parallel tool calls would each import them
+# Imported here, not in the tool's call: a prompt's parallel tool calls would each import it
 # first in threads of their own, and a module half-initialised by one ('partially initialized
-# module httpx has no attribute URL') failed the other's call.
+# module httpx has no attribute URL') failed the other's call. The openai SDK, 0.7 s of every
+# run's start, is imported on first use under hermes.lazyimport's lock instead.
 import httpx
-import openai
 from pydantic import BaseModel, Field
 
+from hermes.lazyimport import imported
 from hermes.tools import images
 from hermes.tools._common import dumps
 from hermes.tools.registry import Tool, Toolset, register
@@ -65,6 +66,7 @@ def endpoint_of(ctx: Any, base_url: str, model: str, key_name: str) -> tuple[str
 def openai_client(ctx: Any, kind: str, base_url: str, api_key: str, timeout: float) -> Any:
     """One SDK client per (endpoint, key) for the whole run (ctx.shared closes it at the end)."""
     tag = hashlib.sha256(api_key.encode()).hexdigest()[:12]
+    openai = imported("openai")
     return ctx.shared.get(f"{kind}-openai:{base_url}:{tag}:{timeout}",
                           lambda: openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2))
 
@@ -99,6 +101,7 @@ def analyse(ctx: Any, image: images.Image, question: str, s: VisionSettings | No
         return failed(NOT_CONFIGURED)
     base_url, model, key = endpoint
     client = openai_client(ctx, "vision", base_url, key, s.timeout)
+    openai = imported("openai")
     try:
         response = client.chat.completions.create(
             model=model, max_tokens=s.max_tokens,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes.tools._common import imported
+from hermes.lazyimport import imported
 from hermes.tools.registry import Tool, Toolset, register
 from hermes.tools.web.settings import WebSettings, unavailable_reason
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import httpx
 
-from hermes.tools._common import imported
+from hermes.lazyimport import imported
 from hermes.netpolicy import NetPolicy, UrlRefused
 from hermes.tools.web.http import BackendError, FetchError, GuardedFetcher, backend_request
 
