@@ -108,7 +108,7 @@ def agent_summary(num: int, w: dict, variants: list[tuple[str, str]]) -> tuple[l
                              f"{_f(ref['cpu_per_prompt'] / 20, 3)} s)"))
         elif num == 2:
             x = _ratio(op, limit)
-            verdicts.append((f"prompts/s ≥ 80% of the machine's sandbox limit{tag}", x >= 0.8,
+            verdicts.append((f"prompts/s ≥ 85% of the machine's sandbox limit{tag}", x >= 0.85,  # issue 21's bar
                              f"{_f(x * 100, 0)}% of {_f(limit)} sandboxes/s end to end; "
                              f"first to last model call {_f(_ratio(os_, limit) * 100, 0)}%"))
         else:
