@@ -12,7 +12,7 @@ import importlib
 import threading
 from types import ModuleType
 
-_importing = threading.Lock()
+_importing = threading.RLock()  # a module imported so may itself import one so
 
 
 def imported(name: str) -> ModuleType:

@@ -101,10 +101,13 @@ class ModelClient:
     @property
     def client(self) -> openai.OpenAI:
         """The sync SDK client of the streams, made on first use (the SDK is imported then)."""
+        return self._made("_sync", self._new_sync_client)
+
+    def _new_sync_client(self) -> openai.OpenAI:
         sdk = imported("hermes.model_sdk")
-        return self._made("_sync", lambda: sdk.openai.OpenAI(
-            base_url=self._base_url, api_key=self.api_key, timeout=self._timeout, max_retries=self._max_retries,
-            http_client=sdk.LimitedHttpClient(self.limiter, timeout=self._timeout)))
+        return sdk.openai.OpenAI(base_url=self._base_url, api_key=self.api_key, timeout=self._timeout,
+                                 max_retries=self._max_retries,
+                                 http_client=sdk.LimitedHttpClient(self.limiter, timeout=self._timeout))
 
     def _calls(self) -> CallLoop:
         return self._made("_loop", lambda: CallLoop(lambda: Endpoint(
@@ -177,8 +180,8 @@ class ModelClient:
         the completion a non-streamed call would have returned.
         """
         client = self.client
-        openai = imported("openai")
-        state = imported("openai.lib.streaming.chat").ChatCompletionStreamState()
+        sdk = imported("hermes.model_sdk")
+        state = sdk.ChatCompletionStreamState()
         try:
             stream = client.chat.completions.create(**self._request(messages, tools), stream=True,
                                                     stream_options={"include_usage": True})
@@ -188,9 +191,9 @@ class ModelClient:
                     for choice in chunk.choices:
                         _relay_delta(choice.delta, on_delta)
             resp = state.get_final_completion()
-        except openai.APIStatusError as e:
+        except sdk.openai.APIStatusError as e:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}") from e
-        except openai.APIError as e:
+        except sdk.openai.APIError as e:
             raise ModelError(f"model endpoint failed: {e}") from e
         except (AssertionError, RuntimeError) as e:  # the stream state refuses a stream that never began
             raise ModelError(f"model endpoint sent an unusable stream: {e}") from e

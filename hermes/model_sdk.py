@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: F401  (hermes.model's)
 
 from hermes.ratelimit import AdaptiveLimiter
 

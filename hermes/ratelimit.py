@@ -31,7 +31,6 @@ import threading
 import time
 from typing import Any, Mapping
 
-
 log = logging.getLogger(__name__)
 
 DECREASE = 0.8          # window factor on a throttled round trip
