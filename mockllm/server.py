@@ -1,8 +1,8 @@
 """The mock's HTTP server: routes, injected latency and errors, the in-process MockLLM.
 
 aiohttp on one event loop: the benchmarks run the mock on the same two cores as the system they
-measure, and at 512 clients a thread per connection (http.server) cost 0.9 ms of CPU a request
-against 0.6 here (bench/THROUGHPUT.md, session 9)."""
+measure, and at 512 clients a thread per connection (http.server) cost 0.9-1.1 ms of CPU a
+request against 0.6-0.7 here (bench/THROUGHPUT.md, session 9)."""
 from __future__ import annotations
 
 import asyncio
