@@ -11,7 +11,6 @@ probes ``/api/show``, which the mock answers 404 at once).
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections import Counter
 
@@ -20,7 +19,7 @@ from aiohttp import web
 from mockllm import server as mock_llm
 from mockllm.cli import main as mock_main
 
-_lock = threading.Lock()
+# The mock's requests are all handled on its one event loop: these need no lock.
 _times = {"first": None, "last": None, "chat": 0, "stream": 0}
 _other: Counter = Counter()
 _KNOWN = {"GET": ("/health", "/v1/models", "/models", "/_mock/stats", "/_mock/requests"),
@@ -31,30 +30,17 @@ _KNOWN = {"GET": ("/health", "/v1/models", "/models", "/_mock/stats", "/_mock/re
 async def clock(request: web.Request, handler):
     path = request.path.rstrip("/")
     if request.method == "GET" and path == "/_bench/times":
-        with _lock:
-            return mock_llm.json_response(200, {**_times, "other_paths": dict(_other)})
+        return mock_llm.json_response(200, {**_times, "other_paths": dict(_other)})
     if request.method == "POST" and path in mock_llm.CHAT_PATHS:
         now = time.time()
-        with _lock:
-            if _times["first"] is None:
-                _times["first"] = now
-            _times["last"] = now
-            _times["chat"] += 1
+        if _times["first"] is None:
+            _times["first"] = now
+        _times["last"] = now
+        _times["chat"] += 1
     elif path not in _KNOWN.get(request.method, ()):
-        with _lock:
-            _other[f"{request.method} {path}"] += 1
+        _other[f"{request.method} {path}"] += 1
     return await handler(request)
 
 
-_init = mock_llm.MockLLM.__init__
-
-
-def _with_clock(self, *args, **kwargs) -> None:
-    _init(self, *args, middlewares=[clock], **kwargs)
-
-
-mock_llm.MockLLM.__init__ = _with_clock
-
-
 if __name__ == "__main__":
-    sys.exit(mock_main(sys.argv[1:]))
+    sys.exit(mock_main(sys.argv[1:], middlewares=[clock]))

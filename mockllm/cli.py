@@ -5,6 +5,7 @@ import argparse
 import signal
 import sys
 import threading
+from typing import Any, Sequence
 
 from mockllm.conversation import HALLUCINATED_TOOL, REASONING_MODES
 from mockllm.server import MockLLM
@@ -40,11 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, middlewares: Sequence[Any] = ()) -> int:
+    """middlewares: aiohttp middlewares put before the mock's routes (the benchmark's clock)."""
     args = build_parser().parse_args(argv)
     options = {k: v for k, v in vars(args).items() if k not in ("port", "host")}
     try:
-        llm = MockLLM(port=args.port, host=args.host, **options)
+        llm = MockLLM(port=args.port, host=args.host, middlewares=middlewares, **options)
         base_url = llm.start()
     except (ValueError, OSError) as exc:
         print(f"mock-llm: {exc}", file=sys.stderr)

@@ -166,7 +166,7 @@ class Routes:
         if path in CHAT_PATHS:
             return await self.guarded(self.chat(request))
         if path in ("/v1/images/generations", "/images/generations"):
-            return await self.guarded(self.images(request, lambda raw, host: state.images.generations(raw, host)))
+            return await self.guarded(self.images(request, state.images.generations))
         if path in ("/v1/images/edits", "/images/edits"):
             kind = request.headers.get("Content-Type", "")
             return await self.guarded(self.images(request, lambda raw, host: state.images.edits(kind, raw, host)))
