@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -578,6 +579,51 @@ def test_local_folders_closed_in_the_background_are_gone_once_the_backend_draine
     assert not [b.root for b in boxes if b.root.exists()]
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 61.4142" not in ps
+
+
+def test_local_folders_are_made_on_a_tmpfs_where_the_host_has_one_or_where_settings_say(tmp_path):
+    mounts = {parts[1]: parts[2] for parts in map(str.split, open("/proc/self/mounts")) if len(parts) > 2}
+    box = LocalSandbox(SandboxSpec(image="x"), SandboxSettings(backend="local"))
+    try:
+        if mounts.get("/dev/shm") == "tmpfs" and os.access("/dev/shm", os.W_OK):
+            assert box.root.parent == Path("/dev/shm")
+        box.write_file("notes/a.txt", b"kept in memory")
+        assert box.exec("cat notes/a.txt").output == "kept in memory"
+    finally:
+        box.close()
+    assert not box.root.exists()
+    chosen = tmp_path / "sandboxes"
+    box = LocalSandbox(SandboxSpec(image="x"), SandboxSettings(backend="local", local_dir=str(chosen)))
+    try:
+        assert box.root.parent == chosen and box.exec("pwd").output.strip().startswith(str(chosen))
+    finally:
+        box.close()
+
+
+def test_a_dead_process_s_local_folders_are_removed_when_a_run_starts_and_live_ones_kept(tmp_path):
+    from hermes.sandbox import get_backend
+
+    settings = SandboxSettings(backend="local", local_dir=str(tmp_path))
+    backend = get_backend(settings)
+    live = backend.open(SandboxSpec(image="x"))
+    live.write_file("work.txt", b"in use")
+    # a folder as a process that was killed left it: same host, a pid no longer running
+    child = subprocess.Popen(["true"])
+    child.wait()
+    maker = live.root.name.rsplit("-", 2)[0]  # hermes-local-<host>
+    dead = tmp_path / f"{maker}-{child.pid}-abcd1234"
+    (dead / "workspace").mkdir(parents=True)
+    (dead / "workspace" / "big.bin").write_bytes(b"x" * 4096)
+    stranger = tmp_path / "hermes-local-elsewhere-1-zzz"  # another host's (a shared folder): not ours to judge
+    stranger.mkdir()
+    try:
+        found = {f.name: f.alive for f in backend.leftovers()}
+        assert found == {live.root.name: True, dead.name: False}
+        with backend.open_run("run-after-a-crash"):
+            assert not dead.exists()
+            assert live.read_file("work.txt") == b"in use" and stranger.exists()
+    finally:
+        live.close()
 
 
 def test_open_sandbox_local_is_explicit():

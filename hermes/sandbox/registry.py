@@ -128,7 +128,7 @@ class SandboxBackend:
         cannot apply (raise WeakerSandbox unless allow_weaker_sandbox); return those accepted."""
         removed = self.cleanup(run_id)
         if removed:
-            log.warning("removed %d container(s) left behind by an earlier, dead run of '%s'", removed, run_id)
+            log.warning("removed %d sandbox(es) left behind by an earlier, dead run of '%s'", removed, run_id)
         accepted = self.check_limits(run_id)
         for p in accepted:
             log.warning("SANDBOX WEAKER THAN ASKED (accepted by allow_weaker_sandbox): %s", p)
