@@ -122,9 +122,8 @@ class SandboxSettings(BaseModel):
                                     "deadlocked it), whatever --num_workers is")
     engine_timeout: float = Field(30.0, gt=0, description="seconds one container create/start/remove may take, "
                                   "including its wait for an engine slot, before the prompt fails")
-    local_dir: str | None = Field(None, description="the local backend only: where its sandboxes' folders are made. "
-                                  "Default: a tmpfs (/dev/shm) where this host has a writable one, as a "
-                                  "container's work space is a tmpfs; else the system's temporary folder")
+    local_dir: str | None = Field(None, description="the local backend only: where its sandboxes' folders are made "
+                                  "(default: the system's temporary folder; a tmpfs such as /dev/shm keeps them in memory)")
     prefetch: bool = Field(True, description="start a prompt's container while the model is thinking, "
                            "so its first tool call rarely waits for one")
 

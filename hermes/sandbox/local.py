@@ -1,9 +1,8 @@
 """LocalSandbox: model commands run directly on THIS HOST. It is NOT a security boundary.
 
 Used only when a user explicitly opts in (settings.backend == "local"), e.g. on a machine
-without Docker. What it gives: a temporary folder as the work space (removed on close; on a
-tmpfs where the host has one, see work_root; a dead process's folders are removed by the next
-run's start), a
+without Docker. What it gives: a temporary folder as the work space (removed on close, and by
+the next run's start if its process died; see work_root for where), a
 row's cwd mapped *inside* that folder (never the real host path), commands run with
 `/bin/sh -c` in a session of their own with a reduced environment (no host secrets such as
 API keys), killed with their whole process group at the time limit, and the same output
@@ -15,7 +14,6 @@ temporary folder (absolute ones too); paths inside commands are the host's.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import logging
 import os
 import re
@@ -38,47 +36,22 @@ log = logging.getLogger(__name__)
 #: how long output is still collected after the command exited (background children may hold the pipe)
 DRAIN_SECONDS = 0.2
 MAX_READ_BYTES = 256 << 20
-#: a tmpfs with less room than this is passed over for the temporary folder (a container's
-#: /dev/shm is 64 MiB by default)
-MIN_TMPFS_FREE = 1 << 30
 _warned = threading.Event()
 
 
 def work_root(settings: SandboxSettings) -> Path:
-    """Where the sandboxes' folders are made: settings.local_dir, else a tmpfs (/dev/shm) where
-    this host has a writable one with room, else the system's temporary folder.
+    """Where the sandboxes' folders are made: settings.local_dir, else the temporary folder.
 
-    Why a tmpfs: a container's work space is one, and a run makes and removes a few directories
-    per prompt. On a disk's ext4 without a journal (this project's machines) each new inode is
-    checked against the recently deleted ones; at 512 prompts in flight that check was 15% of
-    the run's samples, and workload 4 ran 4% faster on /dev/shm (bench/THROUGHPUT.md, session 10)."""
+    Not a tmpfs by default, though a container's work space is one: on this project's machines
+    (/tmp on ext4 without a journal, where mkdir checks each new inode against the recently
+    deleted ones) /dev/shm took 5% off a 512-in-flight run's CPU, but its throughput moved +3%
+    or -3% with how the run and the model server shared the scheduler (bench/THROUGHPUT.md,
+    session 10), and a model's big files would sit in memory."""
     if settings.local_dir:
         root = Path(settings.local_dir).expanduser()
         root.mkdir(parents=True, exist_ok=True)
         return root
-    return _default_root()
-
-
-@functools.lru_cache(maxsize=1)
-def _default_root() -> Path:
-    shm = Path("/dev/shm")
-    try:
-        room = os.statvfs(shm)
-    except OSError:
-        return Path(tempfile.gettempdir())
-    if _fs_type(shm) == "tmpfs" and os.access(shm, os.W_OK | os.X_OK) and room.f_bavail * room.f_frsize >= MIN_TMPFS_FREE:
-        return shm
     return Path(tempfile.gettempdir())
-
-
-def _fs_type(path: Path) -> str | None:
-    """The file system mounted at `path` (its last mount), from /proc/self/mounts."""
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    kinds = [parts[2] for parts in map(str.split, mounts) if len(parts) > 2 and parts[1] == str(path)]
-    return kinds[-1] if kinds else None
 
 
 def _folder_prefix() -> str:
