@@ -203,7 +203,10 @@ def test_background_output_does_not_leak_into_later_results(sb, docker_engine):
     assert set(polls) <= {"", "written\n"}, polls
     assert sb.exec("echo next").output == "next\n"
     sb.write_file("f", b"clean")
-    sb.exec("(yes noise &) ; echo flooding")  # a job that writes for ever after its command ended
+    # A job that writes for ever once its command has ended. It starts a moment later: a flood
+    # that began before the command's end marker was read could pass the output cap and be
+    # killed with the command (under a loaded suite it was, and never showed up in `top`).
+    sb.exec("(sleep 0.5; exec yes noise) & echo flooding")
     wait_until("the flood to run", lambda: any("yes noise" in " ".join(p)
                                                for p in docker_engine.api.top(sb.container_id)["Processes"]))
     assert sb.read_file("f") == b"clean"
