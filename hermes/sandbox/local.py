@@ -14,6 +14,7 @@ temporary folder (absolute ones too); paths inside commands are the host's.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from hermes.sandbox.base import (ExecResult, Leftover, OutputCap, Sandbox, SandboxError, SandboxSettings, SandboxSpec,
                                  resolve_cwd)
+from hermes.sandbox.lifecycle import owner_alive
 from hermes.sandbox.registry import SandboxBackend, register
 
 log = logging.getLogger(__name__)
@@ -54,20 +56,11 @@ def work_root(settings: SandboxSettings) -> Path:
     return Path(tempfile.gettempdir())
 
 
-def _folder_prefix() -> str:
-    """A folder's name says which process on which host made it: a dead one's are leftovers."""
-    host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:40] or "host"
-    return f"hermes-local-{host}-{os.getpid()}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+@functools.lru_cache(maxsize=1)
+def _host_tag() -> str:
+    """How this host's folder names begin; the making process's pid follows, so that a dead
+    one's folders can be told (LocalBackend.leftovers)."""
+    return "hermes-local-" + (re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:40] or "host") + "-"
 
 
 class LocalSandbox:
@@ -78,7 +71,7 @@ class LocalSandbox:
                         "(settings.backend='local')")
         self.spec = spec
         self.settings = settings
-        self.root = Path(tempfile.mkdtemp(prefix=_folder_prefix(), dir=work_root(settings))).resolve()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_host_tag()}{os.getpid()}-", dir=work_root(settings))).resolve()
         self.cwd = resolve_cwd(spec.cwd, settings.workdir)  # as the model sees it
         self._groups: set[int] = set()
         self._closed = False
@@ -305,7 +298,7 @@ class LocalBackend(SandboxBackend):
         `run_id` only those whose maker is dead (whatever run it served, nothing uses them)."""
         if label is not None:
             return []
-        host_part = _folder_prefix().rsplit("-", 2)[0] + "-"
+        host_part = _host_tag()
         found = []
         try:
             entries = list(os.scandir(work_root(self.settings)))
@@ -316,14 +309,15 @@ class LocalBackend(SandboxBackend):
             if not entry.name.startswith(host_part) or not pid.isdigit():
                 continue
             try:
-                if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
-                    continue
+                info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            alive = _alive(int(pid))
+            if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid():
+                continue
+            owner = f"{socket.gethostname()}:{pid}"
+            alive = bool(owner_alive(owner, info.st_mtime))  # a pid reused since is not its maker
             if run_id is None or not alive:
-                found.append(Leftover(id=entry.path, name=entry.name, run="", owner=f"{socket.gethostname()}:{pid}",
-                                      alive=alive))
+                found.append(Leftover(id=entry.path, name=entry.name, run="", owner=owner, alive=alive))
         return found
 
     def remove(self, found: list[Leftover]) -> int:
