@@ -6,7 +6,8 @@ Issue 21's workload 4: 2048 prompts, 512 in flight, 3 calls of 1 s each, no cont
 (`terminal_only` in local sandboxes); ideal = prompts / (3 × latency × prompts / workers).
 Each pair runs, each against a fresh bundled model server: the endpoint floor
 (bench/endpoint_floor.py, a minimal asyncio client: what the server can give at this
-concurrency on this machine), ours with `--engine direct`, and ours as a user runs it by
+concurrency on this machine), the same client doing the tool calls for real (its files and
+`/bin/sh` commands: what a minimal client gets when the workload's work is done too), ours with `--engine direct`, and ours as a user runs it by
 default (a Prefect flow on the local background server, started by a warm-up run first).
 Prompts/s is over the server's first to last chat request, as in bench/run.py. Prints one
 JSON line per run and a markdown table; `--output` writes them to a file too.
@@ -27,12 +28,13 @@ from bench.common import REPO, MockServer, log
 from bench.run import Systems, product_source
 
 
-def floor(n: int, workers: int, latency: float, where: Path) -> dict[str, Any]:
+def floor(n: int, workers: int, latency: float, where: Path, tools: bool = False) -> dict[str, Any]:
     mock = MockServer(latency=latency, turns=3, log_path=where / "floor-mock.log")
     url = mock.start()
     try:
         out = subprocess.run([sys.executable, "-m", "bench.endpoint_floor", "--url", url, "--prompts", str(n),
-                              "--concurrency", str(workers)], cwd=REPO, capture_output=True, text=True,
+                              "--concurrency", str(workers)] + (["--tools"] if tools else []),
+                             cwd=REPO, capture_output=True, text=True,
                              timeout=3600, env={**os.environ, "PYTHONPATH": str(REPO)})
         mock_cpu = mock.cpu()
     finally:
@@ -57,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-default", action="store_true", help="leave out the default (Prefect) path")
     p.add_argument("--processes", action="store_true",
                    help="also ours with --engine direct over two worker processes (--worker_processes 2)")
+    p.add_argument("--no-floor-tools", action="store_true",
+                   help="leave out the minimal client that runs the tool calls for real (endpoint_floor --tools)")
     p.add_argument("--output", default=None)
     a = p.parse_args(argv)
     n, workers, latency = a.prompts, a.workers, a.latency
@@ -78,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         for _, v, who in runs:
             who.run(v, n=4, workers=2, latency=0.0, turns=3, docker=False, tag="warmup", timeout=600)
         for pair in range(a.pairs):
-            f = floor(n, workers, latency, scratch)
-            rows.append({"pair": pair + 1, "system": "endpoint floor", "pps": f["steady_prompts_per_s"],
-                         "mean_call_s": f["mean_call_s"], "cpu": None, "rss": None, "written": n, "rc": 0})
-            print(json.dumps(rows[-1]), flush=True)
+            for label, tools in [("endpoint floor", False)] + ([] if a.no_floor_tools else
+                                                                 [("minimal client, tools run", True)]):
+                f = floor(n, workers, latency, scratch, tools)
+                rows.append({"pair": pair + 1, "system": label, "pps": f["steady_prompts_per_s"],
+                             "mean_call_s": f["mean_call_s"], "cpu": None, "rss": None, "written": n, "rc": 0})
+                print(json.dumps(rows[-1]), flush=True)
             for label, v, who in runs:
                 r = who.run(v, n=n, workers=workers, latency=latency, turns=3, docker=False,
                             tag=f"w4p{pair}", timeout=3600)
