@@ -26,7 +26,7 @@ from hermes.sandbox.base import (
     SandboxSettings,
     SandboxSpec,
 )
-from hermes.sandbox.local import LocalSandbox
+from hermes.sandbox.local import LocalSandbox, plain_words
 from tests.helpers import LoopbackListener, interfaces, routes, unpullable_image, until, within
 
 
@@ -547,6 +547,34 @@ def test_local_time_limit_kills_the_group(local):
     assert r.timed_out and r.exit_code == -1 and "never" not in r.output
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 100" not in ps and "sleep 101" not in ps
+
+
+def test_local_plain_commands_skip_the_shell_and_behave_as_under_it(local):
+    assert plain_words("cat /etc/hostname") == ["cat", "/etc/hostname"]
+    assert plain_words("  python3  main.py --n=2 ") == ["python3", "main.py", "--n=2"]
+    for needs_the_shell in ["echo hi", "cd x", "FOO=1 env", "ls *.txt", "cat $HOME", "ls; ls", "ls | wc", "ls > f",
+                            "ls 'a b'", "ls ~", "ls\nls", "ls\tx", "true", "[ -d x ]", "", "  "]:
+        assert plain_words(needs_the_shell) is None, needs_the_shell
+
+    local.write_file("notes.txt", b"one\ntwo\n")
+    local.write_file("noshebang", b"echo from a script without a shebang\n")
+    os.chmod(local.host_path("noshebang"), 0o755)
+    local.write_file("notexec.sh", b"#!/bin/sh\necho never\n")
+    for command in ["cat notes.txt", "wc -l notes.txt", "env", "ls -a ..", "nosuchcommand --flag",
+                    "./noshebang", "./notexec.sh", "cat missing.txt", "sh -c exit"]:
+        mine = local.exec(command)
+        under_sh = subprocess.run(["/bin/sh", "-c", command], cwd=local.host_path(), env=local._env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if command == "env":  # the shell's own PWD included
+            assert sorted(mine.output.splitlines()) == sorted(under_sh.stdout.splitlines())
+            assert f"PWD={os.path.realpath(local.host_path())}" in mine.output.splitlines()
+        else:
+            assert (mine.exit_code, mine.output) == (under_sh.returncode, under_sh.stdout), command
+    assert local.exec("nosuchcommand").exit_code == 127
+
+    r = local.exec("sleep 37", timeout=1)  # its own process group, killed at the limit like a shell's
+    assert r.timed_out and r.exit_code == -1
+    assert "sleep 37" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
 def test_local_output_cap_and_utf8(local):
