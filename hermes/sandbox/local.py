@@ -4,7 +4,8 @@ Used only when a user explicitly opts in (settings.backend == "local"), e.g. on 
 without Docker. What it gives: a temporary folder as the work space (removed on close, and by
 the next run's start if its process died; see work_root for where), a
 row's cwd mapped *inside* that folder (never the real host path), commands run with
-`/bin/sh -c` in a session of their own with a reduced environment (no host secrets such as
+`/bin/sh -c` (plain words without it, as the shell would run them: plain_words) in a session
+of their own with a reduced environment (no host secrets such as
 API keys), killed with their whole process group at the time limit, and the same output
 cap as the docker backend. What it does not give: any isolation. A command can read and
 write anything the host user can, reach the network, and leave processes behind if they
