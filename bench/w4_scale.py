@@ -7,8 +7,9 @@ Issue 21's workload 4: 2048 prompts, 512 in flight, 3 calls of 1 s each, no cont
 Each pair runs, each against a fresh bundled model server: the endpoint floor
 (bench/endpoint_floor.py, a minimal asyncio client: what the server can give at this
 concurrency on this machine), the same client doing the tool calls for real (its files and
-`/bin/sh` commands: what a minimal client gets when the workload's work is done too), ours with `--engine direct`, and ours as a user runs it by
-default (a Prefect flow on the local background server, started by a warm-up run first).
+`/bin/sh` commands: what a minimal client gets when the workload's work is done too), ours with
+`--engine direct`, and ours as a user runs it by default (a Prefect flow on the local
+background server, started by a warm-up run first).
 Prompts/s is over the server's first to last chat request, as in bench/run.py. Prints one
 JSON line per run and a markdown table; `--output` writes them to a file too.
 """
