@@ -114,12 +114,16 @@ class LocalSandbox:
         return self._map(path or self.cwd)
 
     def _map(self, path: str) -> Path:
+        return self._resolve(path)[0]
+
+    def _resolve(self, path: str) -> tuple[Path, Path]:
+        """(where the path is on the host, that place with its symlinks resolved)."""
         virtual = resolve_cwd(path, self.cwd)  # normalised: no '..' can climb above /
         host = self.root / virtual.lstrip("/")
         real = Path(os.path.realpath(host))
         if real != self.root and self.root not in real.parents:
             raise PermissionError(f"{path} leads outside the sandbox folder")
-        return host
+        return host, real
 
     def _env(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
@@ -139,7 +143,7 @@ class LocalSandbox:
         limit = self.settings.command_timeout if timeout is None else float(timeout)
         cap = OutputCap(self.settings.output_limit)
         try:
-            workdir = self._map(resolve_cwd(cwd, self.cwd))
+            workdir, real_workdir = self._resolve(resolve_cwd(cwd, self.cwd))
             workdir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             return ExecResult(126, f"cannot enter working directory {cwd}: {e}\n", duration=time.monotonic() - started)
@@ -147,7 +151,7 @@ class LocalSandbox:
         words = plain_words(command)
         if words:
             try:  # as the shell would run it, without the shell (dash's own start is half of it)
-                proc = self._start(words, workdir, {**self._env(), "PWD": os.path.realpath(workdir)})
+                proc = self._start(words, workdir, {**self._env(), "PWD": str(real_workdir)})
             except OSError:
                 pass  # not found, not runnable, a script without #!: the shell says so, or runs it
         if proc is None:
@@ -337,7 +341,7 @@ class LocalBackend(SandboxBackend):
         `run_id` only those whose maker is dead (whatever run it served, nothing uses them)."""
         if label is not None:
             return []
-        host_part = _host_tag()
+        host_part, host = _host_tag(), socket.gethostname()
         found = []
         try:
             entries = list(os.scandir(work_root(self.settings)))
@@ -353,7 +357,7 @@ class LocalBackend(SandboxBackend):
                 continue
             if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid():
                 continue
-            owner = f"{socket.gethostname()}:{pid}"
+            owner = f"{host}:{pid}"
             alive = bool(owner_alive(owner, info.st_mtime))  # a pid reused since is not its maker
             if run_id is None or not alive:
                 found.append(Leftover(id=entry.path, name=entry.name, run="", owner=owner, alive=alive))
