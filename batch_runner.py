@@ -4,7 +4,7 @@
 """
 import sys
 
-from flows.cli import run_from_args, run_parser
+from flows.run_command import run_from_args, run_parser
 
 if __name__ == "__main__":
     sys.exit(run_from_args(run_parser("batch_runner.py").parse_args()))

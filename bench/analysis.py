@@ -82,12 +82,12 @@ PREFECT_BOOT = (
     "(`deployments/prefect/up.sh`) costs the same as a reused one; `--engine direct` (or "
     "`HERMES_ENGINE=direct`) is the same run on the same domain code without Prefect: same journal, "
     "outputs, resume (a run started one way resumes the other), progress line and exit codes "
-    "(tests/test_direct_engine.py). `HERMES_PREFECT_SERVER=ephemeral` keeps Prefect's embedded server, "
+    "(tests/run/test_direct_engine.py). `HERMES_PREFECT_SERVER=ephemeral` keeps Prefect's embedded server, "
     "booted inside every invocation (about 9 s each at filing).")
 
 CHANGES = (
     "Changes measured here against the previous report (commit 3515226a88): `--engine direct` "
-    "(hermes/direct.py); model calls through the openai SDK's low-level `post` with the body as is instead "
+    "(hermes/run/direct.py); model calls through the openai SDK's low-level `post` with the body as is instead "
     "of `chat.completions.create`, which deep-copied and re-validated the whole conversation on every call "
     "(client CPU per call about halved, measured side by side on loopback); prompts finishing together "
     "share one fsync of their batch file (group commit; each still returns only once its line is on disk); "
@@ -224,7 +224,7 @@ def w5(f: dict, missed: list, res: dict) -> str:
         "that block last; a line whose tail does not parse as exactly that block is decoded and re-encoded "
         "in full), and which line wins for each content key (the first successful one; failed attempts and "
         "duplicates of a resumed run drop out) comes from the run's DuckDB index as a small bitmap per batch "
-        "file, so the merge holds no per-trajectory Python objects. tests/test_merge.py checks its output "
+        "file, so the merge holds no per-trajectory Python objects. tests/run/test_merge.py checks its output "
         "line for line and its statistics against the previous merge on a mixed journal.",
         "",
         f"Memory: max RSS {_f(small, 0)} MiB at {d['n'] // 10:,} trajectories → {_f(big, 0)} MiB at {d['n']:,} "
@@ -294,7 +294,7 @@ METHOD_NOTES = """\
   non-root, memory/CPU/pids limits, read-only root, two tmpfs, init), start, exec `cat /etc/hostname`,
   remove; measured before each repeat's runs and once after the last.
 - **Workload 5**: `bench/datascale.py` generates journals in the runner's exact entry shape (our own
-  `to_sharegpt`, `entry_tool_stats` etc.) and times `hermes.merge.merge`, and resume planning as
+  `to_sharegpt`, `entry_tool_stats` etc.) and times `hermes.run.merge.merge`, and resume planning as
   `RunSession.plan()` does it (validate the dataset, open the index, ask DuckDB which rows are owed,
   write checkpoint.json), cold (no index.duckdb: rebuilt from the batch files) and warm. `bench/reference_datascale.py` runs, with the reference's interpreter, its own resume
   methods (`BatchRunner.__init__`, `_scan_completed_prompts_by_content`, `_filter_dataset_by_completed`)

@@ -32,7 +32,7 @@ def _cpu_seconds() -> float:
 
 def _warm() -> None:
     """What a long-lived worker has imported before any run: not counted as the run's CPU."""
-    import hermes.remote  # noqa: F401
+    import hermes.run.remote  # noqa: F401
     import prefect.task_engine  # noqa: F401
     import tasks.run  # noqa: F401
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--out", default=str(ROOT / "bench" / "dask_results.json"))
     a = p.parse_args(argv)
-    from flows.cli import configure_prefect
+    from flows.prefect_env import configure_prefect
 
     configure_prefect()
     from prefect.testing.utilities import prefect_test_harness

@@ -1,12 +1,12 @@
 """Workload 5, our side: synthetic journals, the merge, and resume planning.
 
     python -m bench.datascale gen-merge   DIR --n 100000 [--batch-size 100]
-    python -m bench.datascale merge       DIR                  # times hermes.merge.merge
+    python -m bench.datascale merge       DIR                  # times hermes.run.merge.merge
     python -m bench.datascale gen-resume  DIR --rows 1000000 --done 990000 [--batch-size 1000]
     python -m bench.datascale plan        DIR [--cold]         # times session-style planning
 
 Every timed command prints one JSON object (seconds, bytes, ru_maxrss). The merge input is made
-of entries in exactly the shape hermes/runner.py writes (trajectory fields plus the `hermes`
+of entries in exactly the shape hermes/run/runner.py writes (trajectory fields plus the `hermes`
 block), built with our own to_sharegpt/entry_tool_stats from a conversation like the scripted
 model's (3 model calls, write_file + terminal, then read_file, then an answer): about 9 KB a
 line, 97% completed, 2% failed, 1% discarded. The resume journal has compact lines (the
@@ -22,14 +22,13 @@ if _os.environ.get("HERMES_BENCH_SRC"):  # measure the benchmark's snapshot of t
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from hermes.dataset import PromptRow, content_hash
+from hermes.data.dataset import PromptRow, content_hash
 
 
 def _maxrss_mib() -> float:
@@ -51,9 +50,9 @@ def _template_entry(status: str) -> str:
     """One journal line with placeholders @@IDX@@, @@KEY@@, @@TOK@@, @@PROMPT@@ (JSON-safe)."""
     from hermes.tools import all_tool_names
     ALL_TOOL_NAMES = all_tool_names()
-    from hermes.stats import entry_tool_stats, hallucinated_tools, reasoning_counts
+    from hermes.data.stats import entry_tool_stats, hallucinated_tools, reasoning_counts
     from hermes.tools import openai_schemas, tools_for
-    from hermes.trajectory import to_sharegpt
+    from hermes.data.trajectory import to_sharegpt
 
     tools = openai_schemas(tools_for(["terminal", "file"]))
     tok = "@@TOK@@"
@@ -133,7 +132,7 @@ def journal_bytes(run_dir: Path) -> int:
 
 
 def time_merge(run_dir: Path) -> dict:
-    from hermes.merge import merge
+    from hermes.run.merge import merge
 
     size = journal_bytes(run_dir)
     t0 = time.perf_counter()
@@ -176,15 +175,15 @@ def gen_resume(root: Path, rows: int, done: int, batch_size: int, run_name: str)
 
 
 def time_plan(root: Path, run_name: str, cold: bool) -> dict:
-    """hermes.session-style planning, step by step.
+    """hermes.run.session-style planning, step by step.
 
     Keys kept for bench/report.py: load_rows = reading and checking the dataset (read_dataset,
     or load_rows before it existed); open_index = RunIndex; done_keys = the dataset's keys into
     DuckDB (load_dataset; before: fetching the done keys); difference = owed rows as full Rows
     (before: the set difference); checkpoint = what RunSession.plan() adds.
     """
-    from hermes import rundir
-    from hermes.run_index import RunIndex
+    from hermes.run import rundir
+    from hermes.data.run_index import RunIndex
 
     run_dir = root / "data" / run_name
     if cold:
@@ -193,7 +192,7 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
     out: dict = {"cold": cold}
     t = time.perf_counter()
     try:
-        from hermes.dataset import read_dataset
+        from hermes.data.dataset import read_dataset
     except ImportError:  # a snapshot from before read_dataset (HERMES_BENCH_SRC)
         return _time_plan_rows(root, run_dir, run_name, out, t)
     dataset = read_dataset(root / "dataset.jsonl")
@@ -219,9 +218,9 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
 
 def _time_plan_rows(root: Path, run_dir: Path, run_name: str, out: dict, t: float) -> dict:
     """The same steps with the API before read_dataset: every row a Row, sets in Python."""
-    from hermes import rundir
-    from hermes.dataset import load_rows
-    from hermes.run_index import RunIndex
+    from hermes.run import rundir
+    from hermes.data.dataset import load_rows
+    from hermes.data.run_index import RunIndex
 
     rows, _ = load_rows(root / "dataset.jsonl")
     out["load_rows"] = time.perf_counter() - t

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes.agent import compose_system_prompt
+from hermes.agent.loop import compose_system_prompt
 from hermes.tools import openai_schemas, tools_for
 
 

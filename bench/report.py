@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.analysis import ANALYSIS, METHOD_NOTES
 from bench.common import BENCH, median
+from bench.runlogs import ours_phases, prompt_stats
 from pathlib import Path  # noqa: F811
 
 
@@ -169,10 +170,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _fill_phases(res: dict) -> None:
     """Older results lack our runs' phases: rebuild them from the kept logs when present."""
-    try:
-        from bench.run import ours_phases
-    except ImportError:  # an older bench.run already loaded in this process
-        return
     for w in res["workloads"].values():
         for run in [r for v, _ in VARIANTS for r in (w.get(v) or [])] if isinstance(w, dict) and "spec" in w else []:
             if run.get("phases") or run.get("reconstructed") or not Path(run["log"]).exists():
@@ -182,10 +179,6 @@ def _fill_phases(res: dict) -> None:
             first = started + run["ttfc"] if run.get("ttfc") is not None else None
             last = first + run["steady"] if first and run.get("steady") else None
             run["phases"] = ours_phases(Path(run["log"]), started, ended, {"first": first, "last": last})
-    try:
-        from bench.run import prompt_stats
-    except ImportError:
-        return
     for w in res["workloads"].values():
         for run in [r for v, _ in VARIANTS for r in (w.get(v) or [])] if isinstance(w, dict) and "spec" in w else []:
             if run.get("prompt_stats"):

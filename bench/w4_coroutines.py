@@ -3,7 +3,7 @@
     python -m bench.w4_coroutines --url http://127.0.0.1:PORT/v1 --prompts 2048 --in-flight 512 --pool 32
 
 NOT the product: no Prefect, no resume, no statistics, no retries of prompts. Each prompt is a
-coroutine on one uvloop loop, its model calls through hermes.model_calls.Endpoint (as the
+coroutine on one uvloop loop, its model calls through hermes.model.calls.Endpoint (as the
 product's), its tool calls, its local sandbox's making and closing and its journal line on a
 pool of `--pool` threads, with the product's own functions (run_tool, LazySandbox,
 journal.append, to_sharegpt). Run it against the bundled model server at 1 s
@@ -23,16 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes import journal
-from hermes.agent import compose_system_prompt
-from hermes.model import _for_api, _reply_of_dict
-from hermes.model_calls import Endpoint, new_event_loop
-from hermes.ratelimit import AdaptiveLimiter
+from hermes.data import journal
+from hermes.agent.loop import compose_system_prompt
+from hermes.model.client import _for_api, _reply_of_dict
+from hermes.model.calls import Endpoint, new_event_loop
+from hermes.model.ratelimit import AdaptiveLimiter
 from hermes.sandbox import SandboxSpec, get_backend
 from hermes.sandbox.base import SandboxSettings
 from hermes.sandbox.lazy import LazySandbox
 from hermes.tools import ToolContext, openai_schemas, run_tool, tools_for
-from hermes.trajectory import to_sharegpt
+from hermes.data.trajectory import to_sharegpt
 
 OFFERED = tools_for(["terminal", "file"])
 TOOLS = openai_schemas(OFFERED)

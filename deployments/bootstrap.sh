@@ -37,6 +37,13 @@ if ! engine_answers; then
 fi
 log "Docker engine $(docker version --format '{{.Server.Version}}') answers"
 
+# The runc sandbox backend (--sandbox_backend runc) runs runc itself: it comes with docker.io,
+# which depends on it; an engine installed otherwise may ship its own copy out of PATH.
+if ! command -v runc >/dev/null 2>&1; then
+  log "no runc on PATH: installing runc (for --sandbox_backend runc)"
+  apt_install runc || log "could not install runc; --sandbox_backend runc will refuse to run"
+fi
+
 # The small image's shell is Debian's static busybox; the default image, where no registry
 # answers, is made by debootstrap from this machine's own Debian mirror.
 if command -v dpkg >/dev/null 2>&1; then

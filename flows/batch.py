@@ -1,4 +1,4 @@
-"""The batch-run flow: the whole life of a run is hermes.orchestration.run, carried out by Prefect.
+"""The batch-run flow: the whole life of a run is hermes.run.orchestration.run, carried out by Prefect.
 
 open (refuse/resume, lock, validate) -> plan what is owed -> fan batches out (prompts in flight
 bounded by --num_workers) -> record each batch as it lands -> merge -> report -> fail the run if
@@ -7,13 +7,16 @@ goes away mid-run, the run finishes without it (tasks/link.py).
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner
 
-from hermes import local_processes, orchestration, rundir
+from hermes.run import local_processes, orchestration
+from hermes.run import rundir
+from hermes.run.prompt_log import quiet_prompts_on
 from hermes.settings import RunSettings
 from tasks.link import PrefectLink
 from tasks.progress import started_in_this_flow_run
@@ -27,8 +30,8 @@ def task_runner(settings: RunSettings) -> TaskRunner:
     this process a batch is a coroutine on the run's loop, tasks/steps.py). With a Dask
     address: that cluster's workers (prefect-dask), as many batches at once as the cluster has
     worker threads; num_workers then bounds the prompts in flight in each worker process
-    (hermes/remote.py). With worker_processes > 1: worker processes of this machine sharing
-    num_workers (hermes/local_processes.py)."""
+    (hermes/run/remote.py). With worker_processes > 1: worker processes of this machine sharing
+    num_workers (hermes/run/local_processes.py)."""
     from prefect_dask import DaskTaskRunner
 
     if settings.dask_address:
@@ -88,6 +91,11 @@ def batch_run(settings: RunSettings, stamp_run_name: bool | None = None, api_key
     """
     load_tool_secrets(tool_secrets)
     settings = _this_runs_settings(settings, stamp_run_name)
+    if not settings.verbose:  # each prompt's start and end: in its batch's logs, not on the terminal
+        from prefect.logging.handlers import APILogHandler
+
+        consoles = [*logging.getLogger("hermes").handlers, *logging.getLogger().handlers]  # ours propagate to root's
+        quiet_prompts_on([h for h in consoles if not isinstance(h, APILogHandler)])
     link = PrefectLink.of_this_flow_run()
     with link.finish_without_it(lambda: rundir.run_dir(settings)):
         steps = PrefectSteps(task_runner, link, api_key_secret=api_key_secret, tool_secrets=tool_secrets)

@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sandbox_backend", default="docker", choices=backend_names())
     a = p.parse_args(argv)
 
-    from flows.cli import run_from_args, run_parser
+    from flows.run_command import run_from_args, run_parser
     from mockllm import MockLLM
 
     image = get_backend(SandboxSettings(backend=a.sandbox_backend)).ensure_default_image()

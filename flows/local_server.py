@@ -31,6 +31,9 @@ from typing import Iterator
 
 from pydantic import BaseModel, ValidationError
 
+from hermes.environment import read
+from hermes.errors import HermesError
+
 MODE_ENV = "HERMES_PREFECT_SERVER"  # background (default) | ephemeral
 TIMEOUT_ENV = "HERMES_PREFECT_SERVER_TIMEOUT"  # seconds a fresh server may take to answer
 STATE_FILE, LOCK_FILE, LOG_FILE = "hermes-server.json", "hermes-server.lock", "hermes-server.log"
@@ -40,8 +43,8 @@ _PASSED_ENV = {"PATH", "HOME", "USER", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VI
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and the server binding it
 
 
-class ServerUnavailable(RuntimeError):
-    pass
+class ServerUnavailable(HermesError, RuntimeError):
+    transient = True
 
 
 class ServerState(BaseModel):
@@ -52,6 +55,9 @@ class ServerState(BaseModel):
     log_file: str
     started_at: datetime
     prefect_version: str = ""  # the Prefect it runs: after an upgrade, clients and server must agree
+    #: the API address its UI was told to call; empty for servers started before it was set, whose
+    #: UI called port 4200 whatever port they were on (a blank page, or another server's runs)
+    ui_api_url: str = ""
 
     @property
     def api_url(self) -> str:
@@ -149,8 +155,7 @@ def _locked(home: Path) -> Iterator[None]:
 
 
 def _startup_timeout() -> float:
-    return float(os.environ.get(TIMEOUT_ENV) or os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS")
-                 or 120)
+    return read("prefect_server_timeout")  # TIMEOUT_ENV, else PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 
 
 @contextlib.contextmanager
@@ -184,6 +189,10 @@ def _start(home: Path, timeout: float) -> ServerState:
     version = installed_prefect()
     for _ in range(START_ATTEMPTS):
         port = _free_port()
+        # The UI is a page that calls the API from the browser: Prefect tells it where from these
+        # settings, not from --port (3.9 answers /ui-settings with :4200 otherwise).
+        env.update(PREFECT_SERVER_API_HOST=HOST, PREFECT_SERVER_API_PORT=str(port),
+                   PREFECT_UI_API_URL=f"http://{HOST}:{port}/api", PREFECT_UI_URL=f"http://{HOST}:{port}")
         # Recorded at once: a run interrupted while waiting leaves a server the next run finds, not an
         # orphan. Ctrl-C between the start and the record would leave one nobody knows of: held back.
         with open(log, "ab") as out, _signals_held():
@@ -195,7 +204,8 @@ def _start(home: Path, timeout: float) -> ServerState:
                                     cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             state = ServerState(url=f"http://{HOST}:{port}", pid=proc.pid, port=port, log_file=str(log),
-                                started_at=datetime.now(timezone.utc), prefect_version=version)
+                                started_at=datetime.now(timezone.utc), prefect_version=version,
+                                ui_api_url=env["PREFECT_UI_API_URL"])
             _write_state(home, state)
         while proc.poll() is None and time.monotonic() < deadline:
             if healthy(state):
@@ -215,7 +225,8 @@ def ensure(home: Path | None = None) -> tuple[ServerState, bool]:
     home.mkdir(parents=True, exist_ok=True)
     with _locked(home):
         state = read_state(home)
-        current = state is not None and state.prefect_version == installed_prefect()
+        current = (state is not None and state.prefect_version == installed_prefect()
+                   and state.ui_api_url == state.api_url)
         if current and alive(state):
             return state, False
         if state is not None and is_ours(state):
@@ -245,9 +256,7 @@ def for_this_run() -> Iterator[str | None]:
     ephemeral server). Must be entered before Prefect is imported; if it was imported already
     (a caller in-process), its settings are overridden for the block instead.
     """
-    mode = (os.environ.get(MODE_ENV) or "background").strip().lower()
-    if mode not in ("background", "ephemeral"):
-        raise ValueError(f"{MODE_ENV}={mode!r}: expected background or ephemeral")
+    mode = read("prefect_server")  # MODE_ENV; a value other than background or ephemeral raises, naming it
     if os.environ.get("PREFECT_API_URL") or mode == "ephemeral":
         yield None
         return

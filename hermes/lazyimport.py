@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import threading
 from types import ModuleType
+from typing import Any, Callable
 
 _importing = threading.RLock()  # a module imported so may itself import one so
 
@@ -18,3 +19,15 @@ _importing = threading.RLock()  # a module imported so may itself import one so
 def imported(name: str) -> ModuleType:
     with _importing:
         return importlib.import_module(name)
+
+
+def lazy_surface(package: str, public: dict[str, str]) -> tuple[Callable[[str], Any], list[str]]:
+    """A package's public surface, each name imported from its submodule on first use (PEP 562):
+    `__getattr__, __all__ = lazy_surface(__name__, {"RunSession": "session", ...})`. Importing the
+    package stays free, and no submodule pays for its siblings."""
+    def __getattr__(name: str) -> Any:
+        if name not in public:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(imported(f"{package}.{public[name]}"), name)
+
+    return __getattr__, sorted(public)

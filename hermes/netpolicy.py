@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 from urllib.parse import parse_qsl, urlsplit
 
+from hermes.errors import HermesError
+
 ALLOW_ENV = "HERMES_WEB_ALLOW_HOSTS"
 SCHEMES = ("http", "https")
 
@@ -36,7 +38,7 @@ SECRET_VALUES = re.compile(r"(sk-[A-Za-z0-9_-]{16,}|sk-or-[A-Za-z0-9_-]{16,}|gh[
                            r"eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})")
 
 
-class UrlRefused(ValueError):
+class UrlRefused(HermesError, ValueError):
     """A URL the policy does not let a tool reach; the message says why."""
 
 

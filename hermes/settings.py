@@ -5,14 +5,14 @@ The API key is deliberately not a field: flow parameters are stored in Prefect's
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hermes.environment import API_KEY_VARIABLES, DASK_ADDRESS_PATTERN, read
 from hermes.netpolicy import ALLOW_ENV, parse_hosts
-from hermes.distributions import DISTRIBUTIONS
+from hermes.data.distributions import DISTRIBUTIONS
 from hermes.sandbox.base import SandboxSettings
 from hermes.tools import toolset_settings_model
 
@@ -20,12 +20,9 @@ from hermes.tools import toolset_settings_model
 ToolsetSettings = toolset_settings_model()
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
-API_KEY_ENV_VARS = ("HERMES_API_KEY", "OPENROUTER_API_KEY", "OPENAI_API_KEY")
+API_KEY_ENV_VARS = API_KEY_VARIABLES
 DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
 
-
-#: a Dask scheduler address: tcp://host:8786, host:8786, tls://host:8786
-DASK_ADDRESS_PATTERN = r"([a-z0-9+]+://)?[^\s/]+:\d+/?"
 
 
 class AgentSettings(BaseModel):
@@ -50,7 +47,7 @@ class AgentSettings(BaseModel):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings, description="how per-prompt sandboxes are made")
     tools: ToolsetSettings = Field(default_factory=ToolsetSettings, description="settings of each toolset (backends, endpoints, limits)")
     web_allow_hosts: list[str] = Field(
-        default_factory=lambda: parse_hosts(os.environ.get(ALLOW_ENV)),
+        default_factory=lambda: parse_hosts(read("web_allow_hosts")),
         description="hosts the web and browser tools may reach despite the private-address rules: host names, "
                     f"addresses or CIDRs, comma separated (default: ${ALLOW_ENV})")
 
@@ -79,7 +76,8 @@ def _own_fields_first(schema: dict) -> None:
 class RunSettings(AgentSettings):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_own_fields_first)
 
-    dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'")
+    dataset_file: str = Field(description="JSONL dataset, one object a line with a string 'prompt'; or a folder of "
+                              "Harbor task folders (instruction.md, task.toml, environment/, tests/), or one of them")
     batch_size: int = Field(gt=0, description="prompts per batch: one batch_N.jsonl and one unit of progress")
     run_name: str = Field(description="names the output folder data/RUN_NAME/ and is the resume key",
                           json_schema_extra={"pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})  # = _safe_run_name
@@ -88,7 +86,7 @@ class RunSettings(AgentSettings):
                                                   "prompts in flight in EACH Dask worker process (a cluster of W "
                                                   "workers runs up to W x num_workers at once)")
     dask_address: str | None = Field(
-        default_factory=lambda: os.environ.get(DASK_ADDRESS_ENV) or None,
+        default_factory=lambda: read("dask_address"),
         description="Dask scheduler address (tcp://host:8786): batches run on that cluster's workers, each "
                     "against its own machine's Docker engine; output_dir must be shared storage mounted at the "
                     f"same path everywhere. Unset: threads of this process (default: ${DASK_ADDRESS_ENV})",
@@ -105,6 +103,12 @@ class RunSettings(AgentSettings):
     keep_unreasoned: bool = Field(False, description="keep samples none of whose turns carry reasoning (discarded by default)")
     prompt_retries: int = Field(3, ge=0, description="times a prompt that failed for a transient reason (429 or 5xx after the client's retries, a time-out, a dropped connection, an engine time-out) is put back in the queue within the run, with backoff, before its failure is recorded")
     max_attempts: int | None = Field(None, gt=0, description="give up on a prompt after this many failed attempts (retried on every resume if unset)")
+    inline_batches: bool = Field(False, description="on the Prefect engine, run this process's batches without a task "
+                                 "run each (the UI then shows plan, merge and report only): for huge runs of tiny, "
+                                 "fast batches, where a task run's cost shows (bench/FANOUT_REPORT.md)")
+    batch_retries: int = Field(2, ge=0, description="on the Prefect engine, times a batch that failed as a whole "
+                               "for a transient reason (an exception, not its prompts' own failures) is run again "
+                               "as a task retry, skipping the prompts it already finished")
     max_failed_share: float = Field(0.5, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of its prompts failed: 0 fails on any failed prompt, 1 never fails")
     prompt_timeout: float | None = Field(3600.0, gt=0, description="wall-clock seconds one prompt may take, model "
                                          "calls and tools together (setup and check included): past it the prompt "
@@ -115,7 +119,13 @@ class RunSettings(AgentSettings):
                                  "finished; past it the check counts as failed")
     require_check_pass: bool = Field(False, description="merge keeps only entries whose row check passed (rejection "
                                      "sampling); the others are counted in statistics.json, not written")
-    skip_bad_lines: bool = Field(False, description="skip dataset lines that fail validation instead of refusing to run")
+    skip_bad_lines: bool = Field(False, description="skip dataset lines (or task folders) that fail validation instead of refusing to run")
+    attempts: int = Field(1, gt=0, description="times each row (or task) is run, each attempt a prompt of its own with its "
+                          "own sandbox and journal entry; statistics.json gives pass@k for k = 1 .. attempts")
+    build_concurrency: int = Field(2, gt=0, description="image builds (a task's environment/, a row's `build`) in "
+                                   "flight at once; each image is built once per content hash")
+    verifier_network: bool = Field(False, description="give a task's verifier (tests/test.sh) the network even when "
+                                   "the agent has none; off: a verifier that needs it fails its check, saying so")
     output_dir: str = Field("data", description="parent folder of run folders")
 
     @field_validator("run_name")
@@ -132,7 +142,7 @@ class RunSettings(AgentSettings):
         # the deployment's job variable HERMES_DASK_ADDRESS is the switch.
         if not (v is None or isinstance(v, str)):
             return v  # not text: pydantic's own type check names the field
-        v = (v or os.environ.get(DASK_ADDRESS_ENV) or "").strip()
+        v = (v or read("dask_address") or "").strip()
         if v and not re.fullmatch(DASK_ADDRESS_PATTERN, v):
             raise ValueError(f"expected a Dask scheduler address such as tcp://host:8786, not {v!r}")
         return v or None

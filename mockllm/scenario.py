@@ -91,7 +91,15 @@ def python_in_sandbox(conv: Conversation, config: MockConfig) -> list[Turn]:
 #: the parts of the default scenario, in order; each returns its turns (none when its tools are not offered)
 PARTS: list[Callable[[Conversation, MockConfig], list[Turn]]] = [files_and_terminal, python_in_sandbox]
 PARTS.append(browser_part.browse)
-PARTS.append(vision_and_images)
+
+
+def vision_part(conv: Conversation, config: MockConfig) -> list[Turn]:
+    """The vision and image turns, after the parts before them have spent the turn budget."""
+    before = PARTS[:PARTS.index(vision_part)]
+    return vision_and_images(conv, config, config.turns - 1 - sum(len(part(conv, config)) for part in before))
+
+
+PARTS.append(vision_part)
 
 
 def file_terminal_fact(name: str, args: dict, output: str) -> str | None:

@@ -64,11 +64,8 @@ def _describe_url(url: str) -> str:
     return f"The image is a {d['format']}, {size}{d['bytes']} bytes, sha256 {d['sha256'][:12]}."
 
 
-def vision_and_images(conv: Conversation, config: MockConfig) -> list[list[tuple[str, dict]]]:
-    from mockllm.scenario import PARTS  # the parts before this one spend the turn budget first
-
-    before = PARTS[:PARTS.index(vision_and_images)] if vision_and_images in PARTS else []
-    budget = config.turns - 1 - sum(len(part(conv, config)) for part in before)
+def vision_and_images(conv: Conversation, config: MockConfig, budget: int) -> list[list[tuple[str, dict]]]:
+    """At most `budget` turns: what the scenario's parts before this one left of config.turns."""
     offered, k = conv.offered_tools, conv.token
     steps: list[list[tuple[str, dict]]] = []
     if "image_generate" in offered:

@@ -19,7 +19,8 @@ from typing import Callable, Iterator, TypeVar
 
 import httpx
 
-from hermes.outcome import TooManyFailedPrompts
+from hermes.data.outcome import TooManyFailedPrompts
+from hermes.data.run_paths import RunPaths
 
 log = logging.getLogger("hermes.prefect")
 T = TypeVar("T")
@@ -91,8 +92,8 @@ class PrefectLink:
         else:
             if self.lost:
                 out = run_path()
-                self._exit(0, f"the run finished without it: outputs {out / 'trajectories.jsonl'} and "
-                              f"{out / 'statistics.json'}; nothing is owed")
+                self._exit(0, f"the run finished without it: outputs {RunPaths(out).trajectories} and "
+                              f"{RunPaths(out).statistics}; nothing is owed")
 
     def _exit(self, code: int, outcome: str) -> None:
         message = (f"PREFECT LOST: Prefect's API at {self.api_url} went away during this run ({self.lost}); "

@@ -6,7 +6,7 @@ import threading
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from hermes.progress import ProgressLine
+from hermes.run.progress import ProgressLine
 from tasks.link import PrefectLink
 from tasks.report import artifact_key
 

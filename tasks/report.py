@@ -12,14 +12,15 @@ The progress artifact (progress-<run>) is kept by tasks/progress.py while the ru
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from hermes.merge import failed_prompts
-from hermes.outcome import TooManyFailedPrompts, check_failed_share, failed_share  # noqa: F401  (re-exported)
+from hermes.data.run_paths import BATCH_GLOB, RunPaths
+from hermes.run.merge import failed_prompts
+from hermes.run.summary import commands, summary_lines
+from hermes.data.outcome import TooManyFailedPrompts, check_failed_share, failed_share  # noqa: F401  (re-exported)
 
 
 def artifact_key(run_name: str) -> str:
@@ -66,18 +67,27 @@ def publish(run_path: Path, stats: dict, max_failed_share: float | None = None) 
 
 def _summary(run_path: Path, stats: dict, share: float, max_share: float | None) -> str:
     name = stats["run_name"]
+    paths = RunPaths(run_path)
     failed_too_many = max_share is not None and share > max_share
     verdict = (f"**Failed**: {stats['prompts_failed']} of {stats['total_prompts']} prompts failed "
                f"({share:.0%}, more than the allowed {max_share:.0%}). The outputs below were still written."
                if failed_too_many else
                f"**Done**: {stats['trajectories_written']} trajectories from {stats['total_prompts']} prompts.")
+    cmd = commands(str(name), paths.root.parent)
     lines = [
         f"# Run `{name}`", "", verdict, "",
+        # the terminal's end-of-run summary, word for word (hermes.run.summary)
+        "```text", *summary_lines(stats), "```", "",
+        "## Look at it", "",
+        f"- in your browser: `{cmd['view']}` serves the run on http://127.0.0.1:8765/ (summary, entries under "
+        "filters, each conversation with its tool calls, images and reward; `/entry/<prompt_index>` links to one)",
+        f"- for training: `{cmd['export']}` (or `--format sharegpt`, `--format parquet`; `--only passed|completed`)",
+        "",
         "## Output", "",
-        f"- trajectories: `{run_path / 'trajectories.jsonl'}`",
-        f"- statistics: `{run_path / 'statistics.json'}`",
-        f"- checkpoint: `{run_path / 'checkpoint.json'}`",
-        f"- batch files (the journal): `{run_path}/batch_*.jsonl`",
+        f"- trajectories: `{paths.trajectories}`",
+        f"- statistics: `{paths.statistics}`",
+        f"- checkpoint: `{paths.checkpoint}`",
+        f"- batch files (the journal): `{paths.root / BATCH_GLOB}`",
         "",
         "## Prompts", "",
         "| outcome | prompts |", "|---|---|",

@@ -5,9 +5,11 @@ import os
 
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.states import State
 
-from hermes import merge, remote
-from hermes.session import Batch, RunSession
+from hermes.run import merge, remote
+from hermes.run.session import Batch, Plan, RunSession
+from tasks.batch import batch_state
 
 
 def api_key_from_secret(secret_name: str | None) -> str | None:
@@ -20,7 +22,7 @@ def api_key_from_secret(secret_name: str | None) -> str | None:
 
 
 @task(name="plan-run", cache_policy=NONE)
-def plan(session: RunSession) -> list[Batch]:
+def plan(session: RunSession) -> Plan:
     return session.plan()
 
 
@@ -37,13 +39,13 @@ def load_tool_secrets(tool_secrets: dict[str, str] | None) -> None:
 
 @task(name="run-batch", cache_policy=NONE, task_run_name="batch-{batch.num}")
 def run_batch_on_worker(batch: Batch, order: remote.RunOrder, api_key_secret: str | None = None,
-                        tool_secrets: dict[str, str] | None = None) -> dict[str, int]:
+                        tool_secrets: dict[str, str] | None = None) -> State:
     """The same batch on a Dask worker: plain data in; the worker's own client, backend and limiter.
     A worker that dies mid-batch has it rescheduled by Dask; the rerun skips what is journalled.
     Keys are never parameters: the worker reads its own environment, or loads the named Secret
     blocks itself (the block names cross, not their values)."""
     load_tool_secrets(tool_secrets)
-    return remote.run_batch(batch.num, batch.rows, order, api_key=api_key_from_secret(api_key_secret))
+    return batch_state(batch.num, remote.run_batch(batch.num, batch.rows, order, api_key=api_key_from_secret(api_key_secret)))
 
 
 @task(name="merge-run", cache_policy=NONE)

@@ -1,33 +1,42 @@
-"""A run's steps the Prefect way (hermes.orchestration.Steps with Prefect hooks).
+"""A run's steps the Prefect way (hermes.run.orchestration.Steps with Prefect hooks).
 
-The UI draws them as the run's graph: plan-run, then merge-run and publish-report; the
-progress artifact follows the prompts, and the report artifacts list every batch file.
-In this process a batch is not a task run: its prompts are coroutines on the run's loop, as
-with `--engine direct` (Steps.fan_out). A task run per batch cost more than the batch it
-carried once batches were small: at 512 batches of 4 prompts, about 13 ms of the flow's CPU
-and 11 ms of the Prefect server's per batch, on the cores the prompts need (bench/THROUGHPUT.md,
-session 8). Batches that go to other processes or machines (--dask_address,
---worker_processes) are task runs: Prefect's Dask task runner is what carries them there.
-A batch that lands is recorded by the flow itself (Steps.record, a plain call).
-Once Prefect's API is gone (tasks.link), the steps still to come are plain calls.
+The UI draws them as the run's graph: plan-run -> one task run per batch (batch-0, batch-1, ...)
+-> merge-run -> publish-report; the progress artifact follows the prompts, and the report
+artifacts list every batch file. Every batch is a task run on every path (tasks/batch.py): in
+this process its prompts are coroutines on the run's loop and the task run waits for them on a
+thread of Prefect's thread-pool task runner, handed out as the run's slots can take their prompts
+(hermes.run.orchestration.landing); on Dask or worker processes the task runner carries it there.
+Each batch task run is tagged `hermes-batch` and `run:<run_name>`, so a Prefect concurrency limit
+on either tag bounds the batches running at once. A batch that lands is recorded by the flow
+itself (Steps.record, a plain call). Once Prefect's API is gone (tasks.link), the steps still to
+come are plain calls.
 """
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from prefect.client.schemas.objects import State
 from prefect.futures import as_completed
-from prefect.task_runners import TaskRunner
-from prefect.utilities.annotations import quote
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from prefect.utilities.annotations import allow_failure, quote
 
-from hermes import local_processes, merge, orchestration, remote
-from hermes.session import Batch, RunSession
+from hermes.run import local_processes, merge
+from hermes.run import orchestration, remote
+from hermes.run.session import Batch, Plan, RunSession
 from hermes.settings import RunSettings
+from tasks.batch import PROMPTS_FAILED, run_batch_here, run_owed
 from tasks.link import PrefectLink
 from tasks.progress import RunProgress
 from tasks.report import publish
 from tasks.run import merge_run, plan, run_batch_on_worker
+
+#: landed batches the merge's task run is drawn after (the graph's edges); a run of a hundred
+#: thousand batches keeps the last ones only, not a future per batch
+MERGE_EDGES = 1000
 
 
 class PrefectSteps(orchestration.Steps):
@@ -38,13 +47,27 @@ class PrefectSteps(orchestration.Steps):
         self.api_key_secret = api_key_secret  # a Dask worker resolves it itself
         self.tool_secrets = tool_secrets  # block names, likewise
         self._progress: RunProgress | None = None
-        self._task_runs = False  # are the batches of this fan-out Prefect task runs?
+        self._planned = None  # the plan's state: every batch is drawn after it
+        self._landed: collections.deque = collections.deque(maxlen=MERGE_EDGES)
 
     def check(self, settings: RunSettings) -> None:
         pass  # this process's loop, or a Dask cluster (task_runner chooses)
 
-    def plan(self, session: RunSession) -> list[Batch]:
-        return plan(quote(session))
+    def plan(self, session: RunSession) -> Plan:
+        planned = plan(quote(session), return_state=True)
+        # What every batch is drawn after: the plan's state without its data. Prefect walks what
+        # wait_for holds, and the plan's data is every batch of the run: walked once per batch,
+        # it cost ~270 ms of the flow's CPU a batch at 512 batches (bench/FANOUT_REPORT.md).
+        self._planned = State(type=planned.type, name=planned.name, state_details=planned.state_details,
+                              data="planned")  # a token: Prefect asks an upstream state for its result
+        return planned.result()
+
+    def _after_plan(self) -> list[Any]:
+        return [self._planned] if self._planned is not None else []
+
+    @staticmethod
+    def _tags(settings: RunSettings) -> list[str]:
+        return ["hermes-batch", f"run:{settings.run_name}"]
 
     def progress(self, run_name: str, total: int) -> Callable[[dict[str, Any]], None]:
         self._progress = RunProgress(run_name, total, self.link)
@@ -52,30 +75,64 @@ class PrefectSteps(orchestration.Steps):
 
     @contextlib.contextmanager
     def fan_out(self, settings: RunSettings) -> Iterator[orchestration.Submit]:
-        if not local_processes.elsewhere(settings):
-            self._task_runs = False
-            with super().fan_out(settings) as submit:
-                yield submit
+        if not local_processes.elsewhere(settings) and settings.inline_batches:
+            with super().fan_out(settings) as plain:  # coroutines in this process, no task run each
+                yield plain
             return
-        self._task_runs = True
+        if not local_processes.elsewhere(settings):
+            batch_task = run_batch_here.with_options(tags=self._tags(settings), retries=settings.batch_retries)
+            # A thread per batch running: landing hands out only as many as the slots can take
+            # (the prompts in flight plus a window of queued ones), stragglers included.
+            threads = settings.num_workers + -(-settings.num_workers // settings.batch_size) + 2
+            with super().fan_out(settings) as plain, ThreadPoolTaskRunner(max_workers=threads) as pool:
+                def here(batch: Batch, ctx) -> Any:
+                    if self.link.lost:  # Prefect's API is gone: the batch runs without a task run
+                        return plain(batch, ctx)
+                    # quoted: Prefect walks no row of the batch, nor the run's context, looking for futures
+                    return pool.submit(batch_task, {"num": batch.num, "prompts": batch.size,
+                                                    "batch": quote(batch), "ctx": quote(ctx)},
+                                       wait_for=self._after_plan())
+                yield here
+            return
         order = remote.order_once()
+        worker_task = run_batch_on_worker.with_options(tags=self._tags(settings))
         with self.task_runner(settings) as pool:
             def on_worker(batch: Batch, ctx) -> Any:
                 # Plain data crosses to the worker, the same order for every batch of the run
                 # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
-                return pool.submit(run_batch_on_worker, {"batch": batch, "order": order(ctx),
-                                                         "api_key_secret": self.api_key_secret,
-                                                         "tool_secrets": self.tool_secrets})
+                return pool.submit(worker_task, {"batch": batch, "order": order(ctx),
+                                                 "api_key_secret": self.api_key_secret,
+                                                 "tool_secrets": self.tool_secrets},
+                                   wait_for=self._after_plan())
             yield on_worker
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
-        return as_completed(list(futures)) if self._task_runs else super().as_completed(futures)
+        return as_completed(list(futures))
+
+    def outcome(self, batch: Batch, future: Any, ctx: Any) -> Any:
+        """A batch whose prompts failed has landed all the same (its state says so); one that
+        raised, raises, unless Prefect's API went away under it: then what it had not finished
+        runs here, without a task run (its finished prompts are in the journal)."""
+        if isinstance(future, concurrent.futures.Future):  # run without a task run
+            return future.result()
+        future.wait()  # its final state as the task run returned it (a read from the API could be older)
+        state = future.state
+        self._landed.append(future)
+        if state.name == PROMPTS_FAILED:
+            return state.data
+        try:
+            return future.result()
+        except Exception:
+            if self.link.answers() or local_processes.elsewhere(ctx.settings):
+                raise
+            return run_owed(batch.num, batch.rows, ctx)
 
     def merge(self, run_path: Path, max_failed_share: float) -> dict[str, Any]:
         if self._progress:
             self._progress.close()
         if not self.link.answers():
             return merge.merge(run_path)
-        stats = merge_run(run_path)
-        self.link.call("publish the report", lambda: publish(run_path, stats, max_failed_share))
+        merged = merge_run(run_path, wait_for=[allow_failure(f) for f in self._landed], return_state=True)
+        stats = merged.result()
+        self.link.call("publish the report", lambda: publish(run_path, stats, max_failed_share, wait_for=[merged]))
         return stats

@@ -5,12 +5,14 @@
   CLI runs on the default path share one background Prefect server (flows/local_server.py),
   which the session stops at its end: a test run leaves no server behind.
 - Docker: the real engine; in CI (CI=true) a missing engine fails the tests, never skips them.
-- Under CI every skip, wherever it comes from (a fixture, a mark, importorskip), is reported as
-  a failure: a suite that skipped what it could not run must not pass. .ci/run counts them.
+- Under CI every skip or xfail, wherever it comes from (a fixture, a mark, importorskip), is
+  reported as a failure: a suite that skipped what it could not run must not pass. .ci/run counts them.
 - The bundled scripted model server on a loopback port.
 - Sandboxes: the small busybox image (hermes-sandbox-mini) is the suite's default image
   ($HERMES_SANDBOX_IMAGE, inherited by the commands tests start), so most tests need no Debian
   build; a test that needs the real default (Debian with python3) asks for `default_image`.
+  Tests never build the default image (its recipes pull from a registry or a Debian mirror): the
+  set-up step does (deployments/bootstrap.sh); a test that finds it missing fails and names the command.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ _SESSION_HOME_ENV = "HERMES_TEST_SESSION_PREFECT_HOME" + (f"_{_WORKER}" if _WORK
 SESSION_PREFECT_HOME = Path(os.environ.get(_SESSION_HOME_ENV) or tempfile.mkdtemp(prefix=f"hermes-test-prefect-home-{_WORKER or 'main'}-"))
 os.environ[_SESSION_HOME_ENV] = os.environ["PREFECT_HOME"] = str(SESSION_PREFECT_HOME)
 
-from flows.cli import configure_prefect  # noqa: E402
+from flows.prefect_env import configure_prefect  # noqa: E402
 
 configure_prefect()
 
@@ -55,10 +57,13 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if UNDER_CI and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if UNDER_CI and report.skipped:  # an xfail too: a required part that cannot run is a failure
+        reason = getattr(report, "wasxfail", "") or (report.longrepr[2] if isinstance(report.longrepr, tuple)
+                                                      else str(report.longrepr))
         report.outcome = "failed"
         report.longrepr = f"{SKIPPED_UNDER_CI}: {reason}"
+        if hasattr(report, "wasxfail"):
+            del report.wasxfail
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -94,20 +99,35 @@ def docker_engine():
 
 
 @pytest.fixture(scope="session")
-def sandbox_image(docker_engine):
-    """The suite's default sandbox image (the busybox one unless $HERMES_SANDBOX_IMAGE says), built if missing."""
-    from hermes.sandbox.image import PRODUCT_IMAGES, ensure_image_built
+def sandbox_image(request, docker_engine):
+    """The suite's default sandbox image (the busybox one unless $HERMES_SANDBOX_IMAGE says); the
+    busybox one is built if missing (offline, a second), the default one never (`default_image`)."""
+    from hermes.sandbox.image import DEFAULT_TAG, PRODUCT_IMAGES, ensure_image_built
 
     image = os.environ[IMAGE_ENV]
+    if image == DEFAULT_TAG:
+        return request.getfixturevalue("default_image")
     return ensure_image_built(image) if image in PRODUCT_IMAGES else image
+
+
+DEFAULT_IMAGE_COMMAND = "python3 -m hermes.sandbox.image ensure --tag hermes-sandbox:bookworm"
 
 
 @pytest.fixture(scope="session")
 def default_image(docker_engine):
-    """The product's real default image (Debian with python3, git): built once, ~90 s, if missing."""
-    from hermes.sandbox.image import ensure_default_image
+    """The product's real default image (Debian with python3, git), as the set-up step built it.
 
-    return ensure_default_image()
+    Never built here: its recipes pull from a registry or debootstrap from a Debian mirror, and
+    tests do not reach off the machine. Missing, it fails (not skips) and names the command.
+    """
+    from hermes.sandbox.image import DEFAULT_TAG, PRODUCT_IMAGES, recipe_of
+
+    found = recipe_of(DEFAULT_TAG, docker_engine)
+    if found not in PRODUCT_IMAGES[DEFAULT_TAG]:
+        state = "is missing" if found is None else f"was not made by one of its recipes ({found or 'no recipe label'})"
+        pytest.fail(f"the default sandbox image {DEFAULT_TAG} {state}: build it with `{DEFAULT_IMAGE_COMMAND}` "
+                    "(deployments/bootstrap.sh runs it)")
+    return DEFAULT_TAG
 
 
 RUNSC = "runsc"
@@ -117,9 +137,9 @@ RUNSC = "runsc"
 def runsc(docker_engine, sandbox_image):
     """The gVisor runtime's name, once the engine has it and can start a sandbox under it.
 
-    Not registered: skipped with the engine's list of runtimes (a failure under CI, whose .ci/run
-    installs and registers it). Registered but unable to start a container here (a kernel or
-    platform gVisor cannot run on): xfail with the engine's own answer.
+    Not registered: skipped with the engine's list of runtimes. Registered but unable to start a
+    container here (a kernel or platform gVisor cannot run on): xfail with the engine's own answer.
+    Under CI, whose .ci/run installs and registers it, either is a failure: gVisor is required there.
     """
     runtimes = sorted((docker_engine.info().get("Runtimes") or {}))
     if RUNSC not in runtimes:
@@ -131,8 +151,12 @@ def runsc(docker_engine, sandbox_image):
         docker_engine.containers.run(sandbox_image, ["true"], runtime=RUNSC, network_mode="none", remove=True,
                                      labels={"hermes-batch.test": "runsc-probe"})
     except docker.errors.DockerException as e:
-        pytest.xfail(f"{RUNSC} is registered but cannot start a container on this machine: "
-                     f"{getattr(e, 'explanation', None) or e}")
+        why = f"{RUNSC} is registered but cannot start a container on this machine: {getattr(e, 'explanation', None) or e}"
+        for left in docker_engine.containers.list(all=True, filters={"label": "hermes-batch.test=runsc-probe"}):
+            left.remove(force=True)  # a probe that never started stays "Created": remove=True does not reach it
+        if UNDER_CI:
+            pytest.fail(why)
+        pytest.xfail(why)
     return RUNSC
 
 

@@ -12,7 +12,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from hermes import distributions
+from hermes.data import distributions
 from hermes.tools.registry import Tool, Toolset, register
 
 PARAMETERS = {"type": "object", "properties": {

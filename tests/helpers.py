@@ -19,6 +19,12 @@ def unique_run(name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
 
 
+def unique_sleep(seconds: int) -> str:
+    """`sleep N.xxxxxx`: a command line no other test's process has, for tests that look for it in
+    the host's `ps` (another pytest-xdist worker may be running its own `sleep 100` meanwhile)."""
+    return f"sleep {seconds}.{secrets.randbelow(10**6):06d}"
+
+
 def script(*turns: dict) -> str:
     """A prompt line that makes the bundled model server answer exactly these turns (mockllm)."""
     return "MOCK_SCRIPT: " + json.dumps({"turns": list(turns)})
@@ -206,3 +212,16 @@ class HeaderRecorder:
 #: the browser toolset's tools (every entry's tool_stats lists them, zeros included)
 BROWSER_TOOLS = ("browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll",
                  "browser_back", "browser_press", "browser_get_images", "browser_vision", "browser_console")
+
+
+def own_host() -> str:
+    """A host name of a test's own. Every run's start removes the sandboxes of dead owners on its
+    host, whatever their run: a test that leaves some on purpose runs its processes under a host
+    name no other test's processes have (a UTS namespace: hostname only, same pids and engine), so
+    that what it left is its own to find, and only its own runs sweep it."""
+    return f"hermes-test-{secrets.token_hex(4)}"
+
+
+def on_host(host: str | None, cmd: list[str]) -> list[str]:
+    """`cmd` run under host name `host` (own_host), or as it is when None."""
+    return cmd if host is None else ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *cmd]

@@ -6,7 +6,7 @@
 
 Its SQLite database lives under the given folder; the server is stopped (process group) on exit.
 Every server starts from a copy of one empty database migrated once per session
-(`migrated_database()`, also used by tests/test_local_server.py), so its `prefect server start`
+(`migrated_database()`, also used by tests/flows/test_local_server.py), so its `prefect server start`
 finds the schema current and only checks it (~3 s of each boot otherwise).
 """
 from __future__ import annotations

@@ -74,7 +74,9 @@ echo "== Prefect server at $PREFECT_API_URL"
 if answers "$PREFECT_API_URL/health"; then
   echo "already running: reusing it"
 else
-  "$PY" -m prefect server start --host "$HOST" --port "$PORT" --analytics-off >"$LOGS/server.log" 2>&1 &
+  # its UI calls the API from the browser: tell it this port, whichever (Prefect reads these, not --port)
+  PREFECT_UI_API_URL="$PREFECT_API_URL" PREFECT_SERVER_API_PORT="$PORT" \
+    "$PY" -m prefect server start --host "$HOST" --port "$PORT" --analytics-off >"$LOGS/server.log" 2>&1 &
   SERVICES+=($!)
   echo -n "starting (log: $LOGS/server.log) "
   for _ in $(seq 180); do

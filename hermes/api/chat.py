@@ -27,7 +27,7 @@ from hermes.api.content import TextOnly, chat_messages
 from hermes.api.errors import ApiError, error_body
 from hermes.api.wire_schemas import CHAT_MESSAGES
 from hermes.api.service import AgentRequest, AgentService, Event, final_text, hung_up, usage_of
-from hermes.stats import is_tool_failure
+from hermes.data.stats import is_tool_failure
 
 router = APIRouter()
 

@@ -13,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hermes.errors import HermesError
+
 log = logging.getLogger(__name__)
 
 #: added to every response by the security middleware; repeated here for the one response that
@@ -33,7 +35,7 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
-class ApiError(Exception):
+class ApiError(HermesError):
     """Raise anywhere in a handler to answer with an OpenAI-style error."""
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Protocol
 from fastapi import APIRouter, Request
 from pydantic import AfterValidator, ConfigDict, Field, StrictBool, ValidationError, WithJsonSchema, model_validator
 
+from hermes.errors import HermesError
 from hermes.api.content import TextOnly
 from hermes.api.errors import ApiError, not_found
 from hermes.settings import RunSettings
@@ -30,15 +31,15 @@ router = APIRouter()
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
-class JobNotFound(LookupError):
+class JobNotFound(HermesError, LookupError):
     pass
 
 
-class JobConflict(ValueError):
+class JobConflict(HermesError, ValueError):
     pass
 
 
-class JobInvalid(ValueError):
+class JobInvalid(HermesError, ValueError):
     pass
 
 
@@ -47,8 +48,10 @@ class JobKindMismatch(JobInvalid):
     body is well-formed, it conflicts with the job as it is (409)."""
 
 
-class JobsUnavailable(RuntimeError):
+class JobsUnavailable(HermesError, RuntimeError):
     """The backend cannot be reached (say, the Prefect server is down)."""
+
+    transient = True
 
 
 def _check_batch(value: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -20,6 +20,8 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from hermes.errors import HermesError
+from hermes.environment import read
 from hermes.sandbox.base import BackendName, SandboxSettings
 
 SECTIONS = (("gateway", "api_server"), ("gateway", "platforms", "api_server"), ("platforms", "api_server"))
@@ -28,7 +30,7 @@ _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("api_
 
 
 def hermes_home() -> Path:
-    return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
+    return read("home")
 
 
 class ApiSettings(BaseSettings):
@@ -110,7 +112,7 @@ class ApiSettings(BaseSettings):
 
 def config_section(path: Path | None = None) -> dict[str, Any]:
     """The api_server section of the config file ({} when there is none)."""
-    from hermes.single_run import load_config  # the reference's config.yaml reader, shared with `chat`
+    from hermes.agent.single_run import load_config  # the reference's config.yaml reader, shared with `chat`
 
     data = load_config(path or _config_file.get())
     for keys in SECTIONS:
@@ -125,7 +127,7 @@ def config_section(path: Path | None = None) -> dict[str, Any]:
     return {}
 
 
-class UnsafeBind(ValueError):
+class UnsafeBind(HermesError, ValueError):
     """A non-loopback bind without a key: everyone who can reach the port could run commands."""
 
 

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from hermes.agent import AgentEvents, AgentRun, compose_system_prompt
+from hermes.agent.loop import AgentEvents, AgentRun, compose_system_prompt
 from hermes.api.errors import ApiError
 from hermes.api.server_settings import ApiSettings
-from hermes.conversation import converse, tool_context
-from hermes.model import ModelClient
+from hermes.agent.conversation import converse, tool_context
+from hermes.model.client import ModelClient
 from hermes.sandbox import SandboxError, SandboxSpec, get_backend
 from hermes.sandbox.base import LABEL_PROMPT, LABEL_RUN
 from hermes.sandbox.lazy import LazySandbox

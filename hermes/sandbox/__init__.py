@@ -32,7 +32,7 @@ from hermes.sandbox.base import (
 from hermes.sandbox.registry import SandboxBackend, SandboxRun, backend_names, get_backend, register
 
 # The backends register themselves: a new one is a module and one line here.
-from hermes.sandbox import docker, local  # noqa: E402,F401  isort: skip
+from hermes.sandbox import docker, local, runc  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "ExecResult", "ImageUnavailable", "Leftover", "MissingRuntime", "Sandbox", "SandboxBackend", "SandboxError", "SandboxRun",

@@ -6,13 +6,17 @@ themselves under the name `settings.backend` gives.
 """
 from __future__ import annotations
 
-import os
 import posixpath
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
+
+from hermes.errors import HermesError
+from hermes.environment import read
+
+import hermes.sandbox as _package  # this module's own package (its public surface)
 
 #: label every container made by this product carries; its value is the run id
 LABEL_RUN = "hermes-batch.run"
@@ -28,15 +32,21 @@ DEFAULT_IMAGE = "hermes-sandbox:bookworm"
 MINI_IMAGE = "hermes-sandbox-mini:latest"
 #: names the image for rows that name none when settings do not (the test suite pins the mini image so)
 IMAGE_ENV = "HERMES_SANDBOX_IMAGE"
+#: seconds a sandbox outlives its spec's `lifetime` before it ends by itself: room for the prompt's
+#: own time-out, its cancel and its close to run first (the sandbox starts after the prompt does)
+LIFETIME_MARGIN = 60.0
 
 
-class SandboxError(Exception):
+class SandboxError(HermesError):
     """A sandbox could not be created or used."""
 
 
 class EngineTimeout(SandboxError):
     """The Docker engine did not answer a container create/start/remove in time (or had too many
     such calls queued). The prompt should fail now: asking again would only wait again."""
+
+    kind = "engine time-out"
+    transient = True
 
 
 class WeakerSandbox(SandboxError):
@@ -50,6 +60,9 @@ class MissingRuntime(WeakerSandbox):
 
 class ImageUnavailable(SandboxError):
     """The prompt's image is neither present locally nor pullable in time."""
+
+    kind = "image unavailable"
+    transient = False
 
     def __init__(self, image: str, reason: str = ""):
         self.image = image
@@ -67,9 +80,9 @@ class ExecResult:
 
 
 def _backend_names() -> tuple[str, ...]:
-    from hermes.sandbox.registry import backend_names  # importing hermes.sandbox registers them all
-
-    return backend_names()
+    # The package's registry, read when a setting is validated: by then the package has imported
+    # every backend, and this module needs nothing of the registry's own module.
+    return _package.backend_names()
 
 
 def _registered(name: str) -> str:
@@ -96,7 +109,7 @@ class SandboxSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt key is refused, not ignored
 
     backend: BackendName = Field("docker", description="'local' runs model commands on this host: explicit opt-in only")
-    image: str = Field(default_factory=lambda: os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE,
+    image: str = Field(default_factory=lambda: read("sandbox_image") or DEFAULT_IMAGE,
                        description=f"image for rows that name none (default: ${IMAGE_ENV}, else {DEFAULT_IMAGE}: "
                                    "Debian with python3, git, curl; built by deployments/bootstrap.sh)")
     runtime: str | None = Field(None, description="the engine's container runtime for sandboxes, e.g. runsc "
@@ -139,12 +152,35 @@ class Leftover:
     alive: bool | None  # is its owner process still running? None: cannot tell (another host, no label)
 
 
+#: capabilities a task image keeps (TaskProfile): Docker's default set less NET_RAW (raw sockets:
+#: spoofing on a network), MKNOD (device nodes), AUDIT_WRITE and SETFCAP (file capabilities), which
+#: the published tasks do not need
+TASK_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+                     "NET_BIND_SERVICE", "SYS_CHROOT")
+
+
+@dataclass(frozen=True)
+class TaskProfile:
+    """A published task's image run as it was made (Harbor task folders, hermes.data.harbor).
+
+    Its own USER (root if it names none) and WORKDIR, commands started there; a writable root
+    (copy-on-write, gone with the container) instead of the read-only one with tmpfs work space;
+    TASK_CAPABILITIES instead of none. Everything else stays the run's: no network unless the run
+    allows it, no-new-privileges, the pids limit, the runtime; memory and CPUs are the task's,
+    which the caller has already held under the run's ceiling.
+    """
+
+    memory: str | None = None
+    cpus: float | None = None
+
+
 @dataclass
 class SandboxSpec:
     """What one prompt's sandbox needs.
 
     The run and prompt a container belongs to are taken from `run_id` / `prompt_id`, else
-    from `labels["hermes-batch.run"]` / `labels["hermes-batch.prompt"]`.
+    from `labels["hermes-batch.run"]` / `labels["hermes-batch.prompt"]`. Every backend honours
+    `lifetime` (a sandbox ends by itself).
     """
 
     image: str
@@ -152,6 +188,16 @@ class SandboxSpec:
     labels: dict[str, str] = field(default_factory=dict)
     run_id: str | None = None
     prompt_id: str | None = None
+    #: seconds the sandbox may live from its start, at most (the prompt's deadline, --prompt_timeout):
+    #: past it plus the backend's margin it ends and is removed by itself, even if its maker died and
+    #: no later run comes. None: no limit of its own (it lives until closed or swept).
+    lifetime: float | None = None
+    #: run the image as published (a task folder's image) rather than under the default profile
+    profile: TaskProfile | None = None
+
+    def deadline(self) -> float | None:
+        """Seconds from its start after which the sandbox ends by itself (lifetime + margin); None: never."""
+        return None if self.lifetime is None else self.lifetime + LIFETIME_MARGIN
 
     def run_label(self) -> str:
         return str(self.run_id or self.labels.get(LABEL_RUN) or ADHOC_RUN)

@@ -19,6 +19,7 @@ from pathlib import Path
 import docker
 from docker.errors import BuildError, DockerException
 
+from hermes.environment import read
 from hermes.sandbox.base import SandboxError
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ def _is_static_elf(path: str) -> bool:
 
 def find_static_busybox() -> str:
     """Path of a static busybox on this host, else SandboxError saying how to install one."""
-    candidates = [os.environ.get("HERMES_BUSYBOX"), "/bin/busybox", "/usr/bin/busybox", shutil.which("busybox")]
+    own = read("busybox")  # HERMES_BUSYBOX
+    candidates = [own and str(own), "/bin/busybox", "/usr/bin/busybox", shutil.which("busybox")]
     seen = []
     for c in candidates:
         if c and c not in seen and os.path.isfile(c):

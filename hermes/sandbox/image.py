@@ -117,9 +117,15 @@ def ensure_mini_image(*, client: docker.DockerClient | None = None) -> str:
 
 
 def _cleanup_command(run: str | None, everything: bool, dry_run: bool) -> int:
-    from hermes.sandbox import get_backend
+    from hermes.sandbox import SandboxSettings, backend_names, get_backend
 
-    backend = get_backend()  # the default settings' backend: the one whose sandboxes outlive a crash
+    # every backend whose sandboxes can outlive a crash (docker's containers, runc's sandboxes)
+    for name in backend_names():
+        _cleanup_backend(get_backend(SandboxSettings(backend=name)), run, everything, dry_run)
+    return 0
+
+
+def _cleanup_backend(backend, run: str | None, everything: bool, dry_run: bool) -> None:
     found = backend.leftovers(run)
     gone = [c for c in found if everything or c.alive is False]
     kept = [c for c in found if c not in gone]
@@ -132,7 +138,6 @@ def _cleanup_command(run: str | None, everything: bool, dry_run: bool) -> int:
         print(f"removed {backend.remove(gone)} container(s)")
     if kept:
         print(f"kept {len(kept)} container(s) of live runs or of owners this host cannot check; --all removes them too")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,6 +107,13 @@ class LazySandbox:
     def write_file(self, path: str, data: bytes) -> None:
         self._get().write_file(path, data)
 
+    def networked_copy(self) -> Sandbox:
+        """The sandbox as it is now, in one of its own with the network (--verifier_network); close it after."""
+        make = getattr(self._get(), "networked_copy", None)
+        if make is None:
+            raise SandboxError("this sandbox backend cannot give a verifier the network apart from its agent")
+        return make()
+
     def abort(self) -> None:
         """End the sandbox now, from another thread, while a call may be blocked in it (a prompt
         past its deadline): later calls fail, the blocked one fails as its container goes. The

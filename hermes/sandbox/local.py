@@ -1,8 +1,9 @@
 """LocalSandbox: model commands run directly on THIS HOST. It is NOT a security boundary.
 
 Used only when a user explicitly opts in (settings.backend == "local"), e.g. on a machine
-without Docker. What it gives: a temporary folder as the work space (removed on close, and by
-the next run's start if its process died; see work_root for where), a
+without Docker. What it gives: a temporary folder as the work space (removed on close; if its
+process dies, by a small watcher process at once, else by the next run's start; see work_root
+for where), a
 row's cwd mapped *inside* that folder (never the real host path), commands run with
 `/bin/sh -c` (plain words without it, as the shell would run them: plain_words) in a session
 of their own with a reduced environment (no host secrets such as
@@ -89,6 +90,36 @@ def _host_tag() -> str:
     return "hermes-local-" + (re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:40] or "host") + "-"
 
 
+_reapers: dict[tuple[int, str], tuple[subprocess.Popen, int]] = {}
+_reapers_lock = threading.Lock()
+
+
+def _watch_over(root: Path) -> None:
+    """Have this process's folders in `root` removed when it ends, however it ends.
+
+    One small process per (process, root), in a session of its own (a kill of the run's process
+    group leaves it be), waits for the end of a pipe only this process writes to: the kernel
+    closes it when this process dies, SIGKILL included, and the watcher then removes the folders
+    named after this process. So a killed run's folders go even if no run comes after it; a
+    normal end removed them already and the watcher finds none."""
+    key = (os.getpid(), str(root))
+    with _reapers_lock:
+        if key in _reapers:
+            return
+        read_end, write_end = os.pipe()  # neither is inherited by the commands (close_fds)
+        try:
+            watcher = subprocess.Popen(["sh", "-c", 'cat >/dev/null; rm -rf -- "$0"/"$1"*', str(root),
+                                        f"{_host_tag()}{os.getpid()}-"], stdin=read_end,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True)
+        except OSError:  # no sh: the next run's start sweeps them (LocalBackend.leftovers)
+            os.close(write_end)
+            return
+        finally:
+            os.close(read_end)
+        _reapers[key] = (watcher, write_end)
+
+
 class LocalSandbox:
     def __init__(self, spec: SandboxSpec, settings: SandboxSettings):
         if not _warned.is_set():
@@ -97,7 +128,9 @@ class LocalSandbox:
                         "(settings.backend='local')")
         self.spec = spec
         self.settings = settings
-        self.root = Path(tempfile.mkdtemp(prefix=f"{_host_tag()}{os.getpid()}-", dir=work_root(settings))).resolve()
+        root = work_root(settings)
+        _watch_over(root)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_host_tag()}{os.getpid()}-", dir=root)).resolve()
         self.cwd = resolve_cwd(spec.cwd, settings.workdir)  # as the model sees it
         self._groups: set[int] = set()
         self._closed = False

@@ -3,10 +3,12 @@ lifecycle of the sandboxes it makes. Inspect AI's sandbox environments are the m
 interface with lifecycle hooks, and a registry of the backends.
 
     backend = get_backend(settings)         settings.backend names it ("docker", "local", ...)
-    run = backend.open_run(run_id)          a run starts: what dead invocations of it left goes, limits
+    run = backend.open_run(run_id)          a run starts: what dead processes left on this host goes
+                                            (any run's: backend.sweep_dead()), limits
                                             the engine cannot apply refuse it (WeakerSandbox), signals
                                             remove its sandboxes first
     backend.ensure_image(image)             the image is here (pulled within pull_timeout), else ImageUnavailable
+    backend.build_image(context, name, ...)  an image built from a folder with a Dockerfile, once per content
     box = backend.open(spec)                one prompt's sandbox: image ensured, created, started
     box.close(wait=False)                   its removal left to the backend's background removers
     run.close()                             the run ends: those removals drained, sandboxes of the run
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, ClassVar
 
+from hermes.sandbox import lifecycle
 from hermes.sandbox.base import Leftover, Sandbox, SandboxError, SandboxSettings, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,16 @@ class SandboxBackend:
         loop, so it must not block: True lets a prompt skip a trip to a thread for nothing."""
         return False
 
+    def build_image(self, context: str, name: str, *, timeout: float, concurrency: int = 2) -> str:
+        """The image built from `context` (a folder with a Dockerfile), once per content hash; its
+        tag. Raises SandboxError (the build's log tail) when it cannot be built."""
+        raise SandboxError(f"the {self.name} sandbox backend cannot build images (a row's `build`, a task's "
+                           "environment/): use --sandbox_backend docker")
+
+    def build_problems(self, context: str) -> list[str]:
+        """Why an image could not be built from `context` here, found without building it ([]: none known)."""
+        return []
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         """Create and start one prompt's sandbox (its image ensured first). Raises
         ImageUnavailable / SandboxError / lifecycle.RunInterrupted (its run is stopping)."""
@@ -124,11 +137,11 @@ class SandboxBackend:
         return SandboxRun(self, run_id, accepted, self.guard_run(run_id))
 
     def prepare_run(self, run_id: str) -> list[str]:
-        """Remove what dead invocations of `run_id` left behind; check the limits the engine
-        cannot apply (raise WeakerSandbox unless allow_weaker_sandbox); return those accepted."""
-        removed = self.cleanup(run_id)
-        if removed:
-            log.warning("removed %d sandbox(es) left behind by an earlier, dead run of '%s'", removed, run_id)
+        """Remove what dead processes left behind on this host, whatever their run (a killed run
+        of another name, a scheduled run's stamped name, a dead worker: none of them may come
+        back for its own); check the limits the engine cannot apply (raise WeakerSandbox unless
+        allow_weaker_sandbox); return those accepted."""
+        self.sweep_dead()
         accepted = self.check_limits(run_id)
         for p in accepted:
             log.warning("SANDBOX WEAKER THAN ASKED (accepted by allow_weaker_sandbox): %s", p)
@@ -139,14 +152,28 @@ class SandboxBackend:
         naming them unless settings.allow_weaker_sandbox; else returns them. [] when all hold."""
         return []
 
+    #: does remove_own find this backend's sandboxes (then SIGINT/SIGTERM and the run's end use it)?
+    removes_own = False
+
+    def remove_own(self, run_id: str) -> int:
+        """Remove the sandboxes of `run_id` that this process made and that are still there, held by
+        a prompt or not; how many went."""
+        return 0
+
     def guard_run(self, run_id: str) -> Callable[[], None] | None:
         """Make SIGINT/SIGTERM remove the run's sandboxes first; returns what undoes that."""
-        return None
+        if not self.removes_own:
+            return None
+        return lifecycle.RunGuard(run_id, self.remove_own).install().uninstall
 
     def end_run(self, run_id: str, timeout: float) -> None:
-        """The run ends: wait (at most `timeout` s) for background removals, sweep strays."""
+        """The run ends: wait (at most `timeout` s) for background removals, then sweep strays
+        (a create the engine answered too late may still have made a sandbox no prompt knew of)."""
         if not self.drain(timeout):
             log.warning("some containers of run '%s' are still being removed", run_id)
+        swept = self.remove_own(run_id) if self.removes_own else 0
+        if swept:
+            log.warning("removed %d %s sandbox(es) of run '%s' that no prompt closed", swept, self.name, run_id)
 
     def drain(self, timeout: float | None = 60.0) -> bool:
         """Wait until every sandbox this process closed in the background is gone; True when
@@ -163,6 +190,17 @@ class SandboxBackend:
     def remove(self, found: list[Leftover]) -> int:
         """Remove these sandboxes; how many went."""
         return 0
+
+    def sweep_dead(self) -> int:
+        """Remove the sandboxes on this host whose owner process is dead, of any run (never one
+        whose owner lives, nor one of another host's); how many went. A run's start, a worker's
+        start and its batches call it."""
+        dead = [c for c in self.leftovers() if c.alive is False]
+        removed = self.remove(dead)
+        if removed:
+            runs = ", ".join(sorted({f"'{c.run}'" for c in dead}))
+            log.warning("removed %d sandbox(es) left behind by an earlier, dead run (%s)", removed, runs)
+        return removed
 
     def cleanup(self, run_id: str | None = None, *, include_live: bool = False, label: str | None = None) -> int:
         """Remove the sandboxes whose owner is dead (all with `include_live`); how many went."""

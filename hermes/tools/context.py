@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hermes.netpolicy import ALLOW_ENV, NetPolicy
+from hermes.environment import read
+from hermes.netpolicy import NetPolicy
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ToolContext:
     endpoint: ModelEndpoint | None = None
     run_dir: Path | None = None
     key: str = ""
-    net: NetPolicy = field(default_factory=lambda: NetPolicy.from_hosts(os.environ.get(ALLOW_ENV)))
+    net: NetPolicy = field(default_factory=lambda: NetPolicy.from_hosts(read("web_allow_hosts")))
     shared: SharedResources = field(default_factory=SharedResources)
     prompt_state: dict[str, Any] = field(default_factory=dict)
     aux_usage: dict[str, dict[str, int]] = field(default_factory=dict)

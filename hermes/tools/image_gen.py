@@ -17,13 +17,14 @@ counted as "image_gen" (hermes.aux_usage).
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any, Literal
 
 # at load, not in the tool's call: see hermes/tools/vision.py
 import httpx
 from pydantic import BaseModel, Field
 
+from hermes.errors import HermesError
+from hermes.environment import read
 from hermes.lazyimport import imported
 from hermes.tools import images
 from hermes.tools._common import dumps
@@ -48,18 +49,14 @@ PARAMETERS = {
 }
 
 
-def _env(name: str, default: str = "") -> Any:
-    return lambda: os.environ.get(name, default)
-
-
 class ImageGenSettings(BaseModel):
     backend: Literal["auto", "openai", "fal"] = Field(
         "auto", description="openai: an OpenAI images API endpoint; fal: FAL (key $FAL_KEY); "
                             "auto: fal when FAL_KEY is set and no --image_base_url is given, else openai")
-    base_url: str = Field(default_factory=_env("HERMES_IMAGE_BASE_URL"),
+    base_url: str = Field(default_factory=lambda: read("image_base_url"),
                           description="OpenAI images API endpoint (default: $HERMES_IMAGE_BASE_URL, else the run's "
                                       "own --base_url); its key is $HERMES_IMAGE_API_KEY")
-    model: str = Field(default_factory=_env("HERMES_IMAGE_MODEL"),
+    model: str = Field(default_factory=lambda: read("image_model"),
                        description="image model (default: $HERMES_IMAGE_MODEL, else gpt-image-1, or on FAL "
                                    "fal-ai/flux/schnell)")
     response_format: Literal["auto", "b64_json", "url"] = Field(
@@ -87,7 +84,7 @@ def available(s: ImageGenSettings | None, secret) -> str | None:
     return None
 
 
-class BackendError(Exception):
+class BackendError(HermesError):
     def __init__(self, message: str, error_type: str = "backend_error"):
         super().__init__(message)
         self.error_type = error_type

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
+from hermes.errors import HermesError
 from hermes.netpolicy import UrlRefused
 from hermes.tools._common import q
 
@@ -35,7 +36,7 @@ EXT = {"png": ".png", "jpeg": ".jpg", "gif": ".gif", "webp": ".webp"}
 MAX_REDIRECTS = 5
 
 
-class ImageError(ValueError):
+class ImageError(HermesError, ValueError):
     """An image that cannot be used; the message is what the model is told."""
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from hermes.errors import HermesError
+from hermes.environment import read
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ _TOOLS: dict[str, Tool] = {}
 _settings_model: type[BaseModel] | None = None
 
 
-class RegistryError(ValueError):
+class RegistryError(HermesError, ValueError):
     pass
 
 
@@ -189,12 +191,12 @@ def usable_toolsets(all_settings: Any, secret: Callable[[str], str | None], want
 
 
 #: comma list of importable modules that register toolsets of the user's own (and, if they
-#: like, distributions that draw them: hermes.distributions.register)
+#: like, distributions that draw them: hermes.data.distributions.register)
 PLUGINS_ENV = "HERMES_TOOLSET_MODULES"
 
 
 def load_plugins() -> list[str]:
-    names = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    names = read("toolset_modules")
     for name in names:
         try:
             importlib.import_module(name)

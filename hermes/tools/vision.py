@@ -10,7 +10,6 @@ reach the model's URLs itself. Each call's token usage is counted as "vision" (h
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
 # Imported here, not in the tool's call: a prompt's parallel tool calls would each import it
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
+from hermes.environment import read
 from hermes.lazyimport import imported
 from hermes.tools import images
 from hermes.tools._common import dumps
@@ -38,10 +38,10 @@ PARAMETERS = {
 
 
 class VisionSettings(BaseModel):
-    base_url: str = Field(default_factory=lambda: os.environ.get("HERMES_VISION_BASE_URL", ""),
+    base_url: str = Field(default_factory=lambda: read("vision_base_url"),
                           description="OpenAI-compatible endpoint of the vision model (default: $HERMES_VISION_BASE_URL, "
                                       "else the run's own --base_url); its key is $HERMES_VISION_API_KEY")
-    model: str = Field(default_factory=lambda: os.environ.get("HERMES_VISION_MODEL", ""),
+    model: str = Field(default_factory=lambda: read("vision_model"),
                        description="vision model name (default: $HERMES_VISION_MODEL, else the run's own --model)")
     max_image_bytes: int = Field(20 << 20, gt=0, description="largest image accepted, in bytes")
     fetch_timeout: float = Field(30.0, gt=0, description="seconds allowed to fetch an image URL")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Callable
 
 from hermes.sandbox.base import Leftover, Sandbox, SandboxSpec, WeakerSandbox
 from hermes.sandbox.registry import SandboxBackend, register
@@ -44,6 +43,16 @@ class DockerBackend(SandboxBackend):
 
         return image_known(image)
 
+    def build_image(self, context: str, name: str, *, timeout: float, concurrency: int = 2) -> str:
+        from hermes.sandbox.docker.build import build_image
+
+        return build_image(context, name, timeout=timeout, concurrency=concurrency)
+
+    def build_problems(self, context: str) -> list[str]:
+        from hermes.sandbox.docker.build import build_problems
+
+        return build_problems(context)
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         from hermes.sandbox.docker.sandbox import DockerSandbox
 
@@ -64,21 +73,12 @@ class DockerBackend(SandboxBackend):
                         "disk, with no size limit")
         return accepted
 
-    def guard_run(self, run_id: str) -> Callable[[], None] | None:
-        from hermes.sandbox.docker.removal import remove_own
-        from hermes.sandbox.lifecycle import RunGuard
+    removes_own = True
 
-        return RunGuard(run_id, remove_own).install().uninstall
-
-    def end_run(self, run_id: str, timeout: float) -> None:
+    def remove_own(self, run_id: str) -> int:
         from hermes.sandbox.docker.removal import remove_own
 
-        super().end_run(run_id, timeout)
-        # A create the engine answered too late (EngineTimeout) may still have made a container
-        # no prompt knows of: whatever of this run's this process made and still exists goes now.
-        swept = remove_own(run_id)
-        if swept:
-            log.warning("removed %d container(s) of run '%s' that no prompt held (late engine creates)", swept, run_id)
+        return remove_own(run_id)
 
     def drain(self, timeout: float | None = 60.0) -> bool:
         removal = sys.modules.get("hermes.sandbox.docker.removal")

@@ -191,6 +191,9 @@ class Frames:
 class ChannelLost(SandboxError):
     """The channel's shell was gone before it took the request: it can be sent again on a new one."""
 
+    kind = "sandbox lost"
+    transient = False
+
 
 class Channel:
     """The open exec of a container's command channel (see SERVER): requests out, frames in."""

@@ -4,12 +4,14 @@ Every container gets, unless the settings say otherwise: no network, every capab
 dropped, no-new-privileges, a non-root user, memory (no extra swap), CPU and pids limits,
 a read-only root with size-capped tmpfs work space at /tmp, at the work dir, at the row's
 cwd and over the image's VOLUMEs, /dev/shm capped the same, an init process as PID 1, and
-labels naming the run, the prompt and the owner process. It is kept alive by `sleep`.
+labels naming the run, the prompt and the owner process. It is kept alive by `sleep`, until the
+spec's deadline (lifetime + margin) at most, and the engine removes it when that ends (AutoRemove).
 `limit_problems()` says which limits the engine would not apply, before a run starts.
 """
 from __future__ import annotations
 
 import logging
+import math
 import re
 import secrets
 import threading
@@ -28,41 +30,25 @@ from hermes.sandbox.base import (
     SandboxError,
     SandboxSettings,
     SandboxSpec,
+    TASK_CAPABILITIES,
     resolve_cwd,
 )
 from hermes.sandbox.docker.engine import engine_problems, get_client, host_config_problems, image_config
+from hermes.sandbox.docker.limits import pids_limits
 from hermes.sandbox.docker.removal import remove_one
 
 log = logging.getLogger(__name__)
 
-#: the harmless command that keeps a sandbox container alive (busybox and coreutils alike)
+#: the harmless command that keeps a sandbox container alive (busybox and coreutils alike) when
+#: its spec sets no lifetime; with one it sleeps that long plus the margin (keepalive())
 KEEPALIVE = ["sleep", "2147483647"]
-#: host threads a gVisor sandbox's own kernel (its sentry and gofer) may use beyond pids_limit.
-#: A fork bomb held by RLIMIT_NPROC at 64 processes still makes the sentry start ~2,400 host
-#: threads in 6 s (measured on the 2-core test machine at load 10, runsc 20221219); at the cap the
-#: sentry's Go runtime cannot start a thread and dies (the container exits 2, the prompt loses its
-#: sandbox). 512 and 1,100 were reached within the abuse suite's 5 s command limit; 4,096 was not.
-SENTRY_PIDS = 4096
 
 
-def is_gvisor(runtime: str | None) -> bool:
-    """gVisor's runtimes go by runsc (runsc, runsc-kvm, ...)."""
-    return bool(runtime) and str(runtime).startswith("runsc")
-
-
-def pids_limits(s: SandboxSettings) -> tuple[int, int | None]:
-    """(the engine's pids limit, RLIMIT_NPROC or None) that hold the sandbox's processes to pids_limit.
-
-    Under gVisor the engine's limit counts the host threads of the sandbox's own kernel, not the
-    sandbox's processes (at 64 the kernel itself cannot start); the processes are held by
-    RLIMIT_NPROC, which gVisor enforces per sandbox. Under runc the limit is the engine's alone:
-    there RLIMIT_NPROC would count one uid's processes across every container of the host.
-    """
-    if is_gvisor(s.runtime):
-        return s.pids_limit + SENTRY_PIDS, s.pids_limit
-    return s.pids_limit, None
-
-
+def keepalive(spec: SandboxSpec) -> list[str]:
+    """The container's main process: it ends at the spec's deadline, and the engine then removes
+    the container (AutoRemove), whoever made it and whether or not anyone is left to remove it."""
+    deadline = spec.deadline()
+    return KEEPALIVE if deadline is None else ["sleep", str(max(1, math.ceil(deadline)))]
 # --------------------------------------------------------------------------- cwd policy
 
 # A tmpfs over these would hide the image's own system files: a cwd here is used as is.
@@ -103,9 +89,11 @@ def _tmpfs_plan(cwd: str, settings: SandboxSettings, image_workdir: str,
 
 def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, image_cfg: dict) -> dict[str, Any]:
     """create_container's arguments: the hardened defaults, the labels, the work space."""
-    if _is_root(s.user):
+    task = spec.profile is not None  # a task image as published (profile.py): its own user, a writable root
+    if _is_root(s.user) and not task:
         log.warning("SANDBOX RUNS AS ROOT: settings.user=%r (the safe default is 65534:65534)", s.user)
-    mounts, why_not = _tmpfs_plan(cwd, s, image_cfg.get("WorkingDir") or "", sorted(image_cfg.get("Volumes") or {}))
+    mounts, why_not = ([], None) if task else _tmpfs_plan(cwd, s, image_cfg.get("WorkingDir") or "",
+                                                           sorted(image_cfg.get("Volumes") or {}))
     if why_not:
         _say_cwd_read_only(spec.image, cwd, why_not, s)
     opts = f"rw,exec,nosuid,nodev,size={s.tmpfs_size},mode=1777"
@@ -117,6 +105,7 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
     host_config = api.create_host_config(
         network_mode=None if s.network else "none",
         cap_drop=["ALL"],
+        cap_add=list(TASK_CAPABILITIES) if task else None,
         security_opt=["no-new-privileges"],
         mem_limit=s.memory,
         memswap_limit=s.memory,
@@ -127,13 +116,14 @@ def container_args(api: Any, spec: SandboxSpec, s: SandboxSettings, cwd: str, im
         tmpfs={m: opts for m in mounts},
         shm_size=s.tmpfs_size,  # /dev/shm is writable even on a read-only root: cap it like the rest
         init=True,
-        auto_remove=False,
+        auto_remove=True,  # its main process's end (keepalive's deadline, or the container's death) removes it
         runtime=s.runtime,  # None: the engine's default (runc)
     )
-    return dict(image=spec.image, command=KEEPALIVE[1:], entrypoint=KEEPALIVE[:1], user=s.user, labels=labels,
+    main = keepalive(spec)
+    return dict(image=spec.image, command=main[1:], entrypoint=main[:1], user=s.user, labels=labels,
                 name=f"hermes-{_slug(run, 24)}-{_slug(prompt, 16)}-{secrets.token_hex(3)}",
-                host_config=host_config, working_dir="/tmp", detach=True,
-                environment={"HOME": "/tmp", "TMPDIR": "/tmp"})
+                host_config=host_config, working_dir=s.workdir if task else "/tmp", detach=True,
+                environment=None if task else {"HOME": "/tmp", "TMPDIR": "/tmp"})
 
 
 _said_lock = threading.Lock()

@@ -16,6 +16,7 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
 from hermes.sandbox.base import EngineTimeout, ImageUnavailable, SandboxError, SandboxSettings
+from hermes.sandbox.docker.limits import pids_limits
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,6 @@ def report_create_warnings(warnings: list[str] | None) -> None:
 
 def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
     """What the engine did not apply, read back from a container's HostConfig."""
-    from hermes.sandbox.docker.container import pids_limits  # container.py imports this module
     expect = {
         "Memory": ("memory limit", lambda v: bool(v)),
         "MemorySwap": ("swap limit (memory+swap)", lambda v: v == hc.get("Memory")),

@@ -15,7 +15,7 @@ from typing import Any
 
 import docker
 import requests
-from docker.errors import DockerException, NotFound
+from docker.errors import APIError, DockerException, NotFound
 
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import LABEL_OWNER, LABEL_RUN, EngineTimeout, Leftover, SandboxError, SandboxSettings
@@ -66,6 +66,11 @@ def remove_one(client: docker.DockerClient, cid: str, settings: SandboxSettings 
                 lifecycle_client(client, settings.engine_timeout).api.remove_container(cid, force=True, v=True)
         return True
     except NotFound:
+        return False
+    except APIError as e:
+        if e.status_code == 409 and "in progress" in str(e.explanation or e):
+            return False  # the engine is removing it already (AutoRemove: its main process ended)
+        log.warning("could not remove sandbox container %s: %s", cid[:12], e)
         return False
     except EngineTimeout as e:
         if settings is not None:

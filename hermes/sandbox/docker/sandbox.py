@@ -2,7 +2,8 @@
 
 Its container is made as container.py says; it is removed (force) by `close()`, at
 interpreter exit (removal.Removals), when its run is interrupted (the backend's guard_run),
-or by the backend's cleanup() once its owner is dead.
+by the backend's cleanup() once its owner is dead, or by the engine itself when its main
+process ends (the spec's deadline, or the container's death: AutoRemove).
 
 A command's output (stdout and stderr merged, in order) is capped; an endless flood of output
 gets the command killed; a command killed by the memory limit is told so.
@@ -31,6 +32,7 @@ import time
 from typing import Any
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from hermes.sandbox import lifecycle
@@ -43,7 +45,7 @@ from hermes.sandbox.base import (
     SandboxSpec,
     resolve_cwd,
 )
-from hermes.sandbox.docker import channel
+from hermes.sandbox.docker import channel, networked
 from hermes.sandbox.docker.channel import STALE_LIMIT, ChannelLost, Frames, arg, fmt_seconds
 from hermes.sandbox.docker.container import container_args
 from hermes.sandbox.docker.engine import (
@@ -56,6 +58,7 @@ from hermes.sandbox.docker.engine import (
     verify_host_config,
 )
 from hermes.sandbox.docker.link import MAX_READ_BYTES, ChannelLink
+from hermes.sandbox.docker.profile import task_settings
 from hermes.sandbox.docker.output import Outcome, finish, read_output
 from hermes.sandbox.docker.removal import remove_one, removals
 
@@ -109,7 +112,11 @@ class DockerSandbox:
         lifecycle.raise_if_stopping(run)
         engine_problems(self.client)
         image_cfg = image_config(spec.image, s.pull_timeout, self.client)
+        if spec.profile is not None:  # a task image as published: its USER and WORKDIR, a writable root
+            self.settings = s = task_settings(s, spec.profile, image_cfg)
+            self.cwd = resolve_cwd(spec.cwd, s.workdir)
         args = container_args(self.api, spec, s, self.cwd, image_cfg)
+        self._made_at = int(time.time()) - 1  # its events, once the engine removed it, are read from here
         with lifecycle.creating(run):
             try:
                 with engine_call(f"create of a container from {spec.image}", s):
@@ -156,6 +163,10 @@ class DockerSandbox:
             else:
                 removals.remove_later(self.client, self.container_id, self.settings)
 
+    def networked_copy(self) -> "DockerSandbox":
+        """This container as it is now, in one of its own with the network (a task's verifier: networked.py)."""
+        return networked.networked_copy(self, DockerSandbox)
+
     def __enter__(self) -> "DockerSandbox":
         return self
 
@@ -180,6 +191,7 @@ class DockerSandbox:
                                  user=self.settings.user)
             sock = api.exec_start(ex["Id"], socket=True)
         except NotFound as e:
+            self.raise_if_dead()  # it died and the engine removed it: its events say how (an OOM kill, 137)
             raise SandboxError(f"sandbox container {self.container_id[:12]} is gone: {e.explanation or e}") from e
         except APIError as e:
             self.raise_if_dead()
@@ -205,8 +217,8 @@ class DockerSandbox:
         while True:
             try:
                 state = self.api.inspect_container(self.container_id).get("State") or {}
-            except NotFound:
-                state = {"Status": "removed"}
+            except NotFound:  # it died and the engine removed it (AutoRemove): its events still tell how
+                state = self._removed_state()
             except DockerException:
                 return
             if not state.get("Running") or time.monotonic() >= give_up:
@@ -217,19 +229,40 @@ class DockerSandbox:
             raise SandboxError(f"sandbox container {self.container_id[:12]} has stopped{why}: "
                                f"status {state.get('Status')}, exit code {state.get('ExitCode')}")
 
+    def _removed_state(self) -> dict[str, Any]:
+        """What inspect would have said of this container before the engine removed it: its `die`
+        event's exit code, and whether the memory limit killed anything in it (an `oom` event,
+        what the engine's OOMKilled flag is set from). The engine keeps its recent events."""
+        state: dict[str, Any] = {"Status": "removed", "Running": False}
+        try:
+            for event in self.api.events(since=self._made_at, until=f"{time.time() + 0.5:.6f}",
+                                         filters={"container": self.container_id}, decode=True):
+                action = event.get("Action") or event.get("status")
+                if action == "oom":
+                    state["OOMKilled"] = True
+                elif action == "die":
+                    state["ExitCode"] = (event.get("Actor") or {}).get("Attributes", {}).get("exitCode")
+        except (DockerException, OSError):
+            pass  # the exit is still reported, without its cause
+        return state
+
     def _kill(self, target: str) -> None:
         """Kill a process group ("-PGID") or a pid inside the container; best effort, retried:
         a command that filled the pids limit can leave no room for `kill` for a moment.
         An exec of its own: the channel is busy with the very command to kill."""
         why: object = None
+        # With the settings' time limit: under gVisor a container whose pids limit a fork bomb
+        # filled can leave the kill's exec unanswered, and the shared client's 120 s a try, five
+        # tries, held the prompt past the suite's 600 s.
+        api = self.lifecycle_api()
         for _ in range(5):
             try:
-                ex = self.api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
-                out = self.api.exec_start(ex["Id"]) or b""
-                if self.api.exec_inspect(ex["Id"]).get("ExitCode") == 0 or b"No such process" in out:
+                ex = api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
+                out = api.exec_start(ex["Id"]) or b""
+                if api.exec_inspect(ex["Id"]).get("ExitCode") == 0 or b"No such process" in out:
                     return
                 why = out.decode("utf-8", "replace").strip()
-            except DockerException as e:
+            except (DockerException, requests.exceptions.RequestException) as e:
                 why = e
             time.sleep(0.3)
         log.warning("could not kill %s in %s: %s", target, (self.container_id or "")[:12], why)

@@ -23,14 +23,33 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes.errors import HermesError
+
 log = logging.getLogger(__name__)
 
 BASE = Path(tempfile.gettempdir()) / "hermes-browser"
 
-# Known needed offline: nothing phones home (component updates, sync, QUIC probes, first-run pages).
+#: Chromium's own services' endpoints: a loopback port nothing listens on. Sign-in (ListAccounts),
+#: the Google APIs and the component updater's on-demand fetches (optimization guide manifests) ignore
+#: --disable-background-networking/--disable-component-update; with their URLs here they send nothing
+#: (tests/tools/test_browser_address_rules.py traps every request and sees none of them).
+NOWHERE = "http://127.0.0.1:9"
+#: one --disable-features (a second would replace it): translate, cast, the optimization guide's hints
+#: and models, network time (clients2.google.com/time), CT log updates, autofill's server.
+DISABLED_FEATURES = ("Translate", "MediaRouter", "DialMediaRouteProvider", "OptimizationHints",
+                     "OptimizationHintsFetching", "OptimizationGuideModelDownloading", "OptimizationTargetPrediction",
+                     "OptimizationGuideOnDeviceModel", "OnDeviceModelService", "NetworkTimeServiceQuerying",
+                     "CertificateTransparencyComponentUpdater", "AutofillServerCommunication")
+# Known needed offline: nothing phones home (component updates, sync, sign-in, safe-browsing, QUIC
+# probes, first-run pages): these requests are the browser's own and never pass the route guard.
 FLAGS = ["--headless", "--disable-gpu", "--disable-quic", "--no-first-run", "--no-default-browser-check",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-breakpad", "--disable-crash-reporter", "--disable-features=Translate,MediaRouter",
+         "--disable-breakpad", "--disable-crash-reporter", f"--disable-features={','.join(DISABLED_FEATURES)}",
+         "--disable-client-side-phishing-detection", "--disable-default-apps", "--disable-extensions",
+         "--disable-component-extensions-with-background-pages", "--disable-domain-reliability",
+         "--no-pings", "--metrics-recording-only", "--no-service-autorun",
+         f"--gaia-url={NOWHERE}", f"--google-apis-url={NOWHERE}", f"--lso-url={NOWHERE}",
+         f"--component-updater=url-source={NOWHERE}/",
          "--force-webrtc-ip-handling-policy=disable_non_proxied_udp", "--disable-dev-shm-usage",
          "--mute-audio", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
 # Profile preferences: no DNS prefetch or preconnect (connections the request checks would not see).
@@ -38,7 +57,7 @@ PREFERENCES = {"net": {"network_prediction_options": 2}, "download": {"prompt_fo
                "profile": {"default_content_setting_values": {"automatic_downloads": 2}}}
 
 
-class LaunchError(RuntimeError):
+class LaunchError(HermesError, RuntimeError):
     pass
 
 
@@ -136,8 +155,9 @@ def _prefix(user: str | None) -> list[str]:
     return [setpriv, "--reuid", user, "--regid", group, "--init-groups", "--pdeathsig", "KILL", "--"]
 
 
-def launch(executable: str, user: str | None, timeout: float) -> LocalChromium:
-    """Start a headless Chromium on a fresh profile; returns once its CDP port is known."""
+def launch(executable: str, user: str | None, timeout: float, extra_flags: tuple[str, ...] = ()) -> LocalChromium:
+    """Start a headless Chromium on a fresh profile; returns once its CDP port is known. `extra_flags`
+    go after FLAGS (a browser standing in for a remote CDP one, e.g. behind a test's own proxy)."""
     sweep()
     BASE.mkdir(mode=0o711, exist_ok=True)
     os.chmod(BASE, 0o711)  # the browser user may enter its own folder, not list the others
@@ -150,7 +170,7 @@ def launch(executable: str, user: str | None, timeout: float) -> LocalChromium:
         for path in (profile, profile / "Default", profile / "Default" / "Preferences"):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         os.chmod(profile, 0o700)
-    cmd = [*_prefix(user), executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"]
+    cmd = [*_prefix(user), executable, *FLAGS, *extra_flags, f"--user-data-dir={profile}", "about:blank"]
     env = {"HOME": str(profile), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
            "XDG_CONFIG_HOME": str(profile / ".config"), "XDG_CACHE_HOME": str(profile / ".cache")}
     stderr = open(f"{profile}.log", "wb")  # beside the profile: Chromium cannot write it, we can read it

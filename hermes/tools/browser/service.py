@@ -18,6 +18,7 @@ import logging
 import threading
 from typing import Any, Awaitable, Callable
 
+from hermes.errors import HermesError
 from hermes.netpolicy import NetPolicy
 from hermes.tools.browser.guard import PolicyProxy, check, route_guard
 from hermes.tools.browser.launch import LocalChromium, launch
@@ -29,7 +30,7 @@ CONSOLE_KEEP = 200
 VIEWPORT = {"width": 1280, "height": 800}
 
 
-class BrowserLost(RuntimeError):
+class BrowserLost(HermesError, RuntimeError):
     """The browser of this prompt's session died; the session cannot go on."""
 
 

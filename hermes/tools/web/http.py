@@ -26,6 +26,7 @@ from urllib.parse import urljoin
 import httpcore
 import httpx
 
+from hermes.errors import HermesError
 from hermes.netpolicy import NetPolicy, UrlRefused, resolve_host
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 Resolver = Callable[[str, int], list[str]]
 
 
-class BackendError(RuntimeError):
+class BackendError(HermesError, RuntimeError):
     """A backend could not answer (down, refused, rate-limited past its retries, malformed reply)."""
 
 
@@ -164,7 +165,7 @@ class Fetched:
     encoding: str | None
 
 
-class FetchError(RuntimeError):
+class FetchError(HermesError, RuntimeError):
     """The page could not be fetched (HTTP error, too large a redirect chain, time-out)."""
 
 

@@ -16,6 +16,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from hermes.environment import read
+
 SearchBackend = Literal["auto", "searxng", "brave", "tavily", "exa", "none"]
 ExtractBackend = Literal["auto", "builtin", "firecrawl", "tavily", "exa", "none"]
 SEARCH_ORDER = ("searxng", "brave", "tavily", "exa")
@@ -30,11 +32,11 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 class WebSettings(BaseModel):
     search_backend: SearchBackend = Field(
-        default_factory=lambda: _env("HERMES_WEB_SEARCH_BACKEND", "auto"),
+        default_factory=lambda: read("web_search_backend"),
         description="web_search backend: auto (by what is configured), searxng, brave, tavily, exa or none "
                     "(default: $HERMES_WEB_SEARCH_BACKEND, else auto)")
     extract_backend: ExtractBackend = Field(
-        default_factory=lambda: _env("HERMES_WEB_EXTRACT_BACKEND", "auto"),
+        default_factory=lambda: read("web_extract_backend"),
         description="web_extract backend: auto, builtin (fetch the page here), firecrawl, tavily, exa or none "
                     "(default: $HERMES_WEB_EXTRACT_BACKEND, else auto)")
     searxng_url: str | None = Field(

@@ -1,0 +1,62 @@
+"""Workload 2 on the runc backend beside the docker backend, in one invocation, with both
+machine limits (bench/sandbox_limit.py: the engine's loop and the bare runc loop).
+
+    python -m bench.runc_w2 --prompts 200 --repeats 1
+
+Workload 2 as bench/run.py runs it (200 prompts, 4 workers, 3 model calls, no latency, terminal
+draws, the bench image), ours in its default path (Prefect flow), docker then runc, alternated
+per repeat; the two machine limits measured between them. Prints one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.run import BENCH_IMAGE, Systems, ensure_images, log
+
+
+class BackendSystems(Systems):
+    backend = "docker"
+
+    def command(self, system, **kw):
+        cmd, env, out = super().command(system, **kw)
+        cmd[cmd.index("--sandbox_backend") + 1] = self.backend
+        return cmd, env, out
+
+
+def limit(backend: str, concurrency: int, count: int) -> dict:
+    out = subprocess.run([sys.executable, "-m", "bench.sandbox_limit", "--backend", backend, "--concurrency",
+                          str(concurrency), "--count", str(count), "--image", BENCH_IMAGE],
+                         capture_output=True, text=True, timeout=900)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.runc_w2")
+    p.add_argument("--prompts", type=int, default=200)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1)
+    a = p.parse_args(argv)
+    ensure_images()
+    results: dict = {"docker": [], "runc": [], "limit_docker": [], "limit_runc": []}
+    with tempfile.TemporaryDirectory(prefix="hbench-runc-") as scratch:
+        systems = BackendSystems(Path(scratch), None)
+        for i in range(a.repeats):
+            for backend in ("docker", "runc"):
+                systems.backend = backend
+                res = systems.run("ours", n=a.prompts, workers=a.workers, latency=0.0, turns=3, docker=True,
+                                  tag=f"w2{backend}{i}", timeout=1800)
+                results[backend].append({k: res[k] for k in ("rc", "wall", "prompts_per_s", "cpu_per_prompt",
+                                                              "peak_pss_mib", "peak_procs", "written", "prompts_failed")})
+                results[f"limit_{backend}"].append(limit(backend, a.workers, 100))
+                log(f"  {backend} machine limit: {results[f'limit_{backend}'][-1]['per_second']:.2f} sandboxes/s")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+"""The run's DuckDB index over its journal (the batch files), and the dataset's keys beside it.
+
+Only the flow process opens this file (DuckDB allows one writer per file). It is derived:
+when it is missing, damaged, of an older layout or behind the batch files, it is rebuilt from them.
+
+Journal lines are read here in Python rather than by DuckDB's read_json, so that every line keeps
+its line number and the index, planning and the merge all read the journal with one parser: the
+merge asks the index which line wins for each key and streams exactly those lines.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+from pydantic_core import from_json
+
+from hermes.errors import HermesError
+from hermes.data import journal
+from hermes.data.run_paths import RunPaths
+from hermes.data.entry import TAIL_KEYS, Status
+
+log = logging.getLogger(__name__)
+#: the statuses as SQL literals (hermes.data.entry.Status is the one list of them)
+_FAILED, _DISCARDED = f"'{Status.FAILED}'", f"'{Status.DISCARDED}'"
+
+LAYOUT = 2  # bump when the tables change: an index of another layout is rebuilt from the journal
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS outcomes (batch_num INTEGER, line INTEGER, key VARCHAR, status VARCHAR, error VARCHAR);
+CREATE TABLE IF NOT EXISTS indexed_files (batch_num INTEGER PRIMARY KEY, size BIGINT);
+CREATE TABLE IF NOT EXISTS layout (version INTEGER);
+"""
+# read_json columns of a journal line, for readers that scan the batch files themselves (hermes.run.status)
+COLUMNS = {"prompt_index": "BIGINT", "hermes": "STRUCT(key VARCHAR, status VARCHAR, error VARCHAR)"}
+
+# DuckDB turns Python lists into columns slowly; one JSON document of columns per chunk is ~2x faster.
+_CHUNK = 10_000
+LEAN_MEMORY = "32MB"
+#: owed (index, key) pairs read off the index at a time while a plan is handed out
+OWED_CHUNK = 8192
+_INSERT = """INSERT INTO outcomes
+    SELECT unnest(c.batch_num), unnest(c.line), unnest(c.key), unnest(c.status), unnest(c.error)
+    FROM (SELECT from_json(?, '{"batch_num": ["INTEGER"], "line": ["INTEGER"], "key": ["VARCHAR"],
+                                "status": ["VARCHAR"], "error": ["VARCHAR"]}') AS c)"""
+
+
+class IndexBusy(HermesError, RuntimeError):
+    """Another process (an active run) holds the run's index file."""
+
+    transient = True
+
+
+# --------------------------------------------------------------------------- journal lines
+
+# The byte-slicing contract with the entry's key order (hermes/data/entry.py: JournalEntry and
+# TAIL_KEYS, written by hermes.data.journal.encode): a runner's line ends with the keys TAIL_KEYS, in
+# that order, `hermes` (an object) last. Cut at _HERMES, a line is its trajectory; from _TAIL on,
+# it is the small tail the index decodes. tests/test_entry.py fails if the model breaks it.
+_HERMES = f', "{TAIL_KEYS[-1]}": {{'.encode()
+_TAIL = f', "{TAIL_KEYS[0]}": '.encode()
+
+
+def journal_lines(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number from 0, raw line) of each complete line in the first `size` bytes.
+
+    A torn last line (a crash mid-write) is left out, as by hermes.data.journal.read.
+    """
+    with open(path, "rb", buffering=1 << 20) as f:
+        read = 0
+        for n, raw in enumerate(f):
+            read += len(raw)
+            if not raw.endswith(b"\n") or (size is not None and read > size):
+                return
+            yield n, raw
+
+
+def split_entry(raw: bytes) -> tuple[bytes | None, dict] | None:
+    """(the line without its `hermes` block, the entry's last fields), decoding as little as possible.
+
+    The runner writes `api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts` and then
+    `hermes` as an entry's last keys (hermes.data.entry.TAIL_KEYS, the contract above _HERMES): such a line is decoded from `, "api_calls": ` on (a tenth
+    of a 9 KB trajectory) and the line without `hermes` is the line cut at `, "hermes": {`,
+    never re-encoded. Any other line is decoded whole: then the head is None and the tail is
+    the whole entry. None: the line is not a JSON object (skipped, as by hermes.data.journal.read).
+    """
+    if raw.endswith(b"}}\n"):
+        cut = raw.rfind(_HERMES)
+        start = raw.rfind(_TAIL, 0, cut) if cut > 0 else -1
+        if start > 0:
+            try:
+                # Both parse only if the cut points are keys of the top-level object: text after a
+                # nested key would close one object too many (and a JSON string cannot hold `, "`).
+                tail = from_json(b"{" + raw[start + 2:])
+                from_json(raw[cut + len(_HERMES) - 1:-2])
+            except ValueError:
+                pass
+            else:
+                return raw[:cut] + b"}\n", tail
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    return (None, entry) if isinstance(entry, dict) else None
+
+
+def _outcome(raw: bytes) -> dict | None:
+    """The hermes block of a journal line (the index needs nothing else): for a line of the
+    runner's shape only that block is decoded; None when the line is not a JSON object."""
+    if raw.endswith(b"}}\n"):
+        cut = raw.rfind(_HERMES)
+        if cut > 0:
+            try:
+                # parses alone only if it is the top-level object's last value (see split_entry)
+                return from_json(raw[cut + len(_HERMES) - 1:-2])
+            except ValueError:
+                pass
+    parsed = split_entry(raw)
+    return None if parsed is None else hermes_block(parsed[1])
+
+
+def hermes_block(tail: dict) -> dict:
+    meta = tail.get("hermes")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _text(value) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+# --------------------------------------------------------------------------- the index
+
+
+class RunIndex:
+    def __init__(self, run_dir: Path, database: str | None = None, lean: bool = False):
+        """database: the run's index file by default; ":memory:" for a private, throw-away index.
+
+        lean: cap DuckDB at LEAN_MEMORY and one thread (it spills to disk beyond), so that a pass
+        over the whole journal (the merge) keeps the same peak however long the run.
+        """
+        self.run_dir = run_dir
+        self.path = RunPaths(run_dir).index if database is None else Path(database)
+        self.con = self._connect(str(self.path) if database is None else database)
+        if lean:
+            self.con.execute(f"SET memory_limit = '{LEAN_MEMORY}'; SET threads = 1")
+        self.refresh()
+
+    def _connect(self, database: str) -> duckdb.DuckDBPyConnection:
+        try:
+            con = duckdb.connect(database)
+            return _with_layout(con)
+        except duckdb.IOException as e:
+            if "lock" in str(e).lower():
+                raise IndexBusy(f"run index {self.path} is held by another process: {e}") from None
+            damaged = e
+        except duckdb.Error as e:
+            damaged = e
+        # Derived data: a damaged index is set aside and rebuilt from the journal.
+        log.warning("run index %s is unreadable (%s); rebuilding it from the batch files", self.path, damaged)
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            if p.exists():
+                p.replace(p.with_name(p.name + ".damaged"))
+        return _with_layout(duckdb.connect(database))
+
+    def refresh(self) -> None:
+        """Index every batch file that changed since it was last indexed; forget files that are gone."""
+        known = dict(self.con.execute("SELECT batch_num, size FROM indexed_files").fetchall())
+        on_disk = journal.batch_files(self.run_dir)
+        gone = set(known) - {num for num, _ in on_disk}
+        changed = [(num, path, size) for num, path in on_disk if known.get(num) != (size := path.stat().st_size)]
+        if gone or changed:
+            self._index(changed, stale=gone | {num for num, _, _ in changed if num in known}, gone=gone)
+
+    def index_batches(self, files: list[tuple[int, Path]]) -> None:
+        """Index these batch files as they are now, in one go (each statement costs a millisecond or more)."""
+        self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
+
+    def _index(self, files: list[tuple[int, Path, int]], stale: set[int], gone: set[int] = frozenset()) -> None:
+        """(Re)index files, in transactions of about _CHUNK lines (DuckDB holds uncommitted rows in memory).
+
+        If this is cut short, a file whose rows are gone still shows its old size, so the next
+        refresh indexes it again.
+        """
+        self.con.execute("BEGIN")
+        try:
+            if stale:  # one pass over the table, not one per file
+                self.con.execute("DELETE FROM outcomes WHERE list_contains(?, batch_num)", [sorted(stale)])
+            if gone:
+                self.con.execute("DELETE FROM indexed_files WHERE list_contains(?, batch_num)", [sorted(gone)])
+            cols = _columns()
+            for num, path, size in files:
+                for line, raw in journal_lines(path, size):
+                    meta = _outcome(raw)
+                    if meta is not None:
+                        cols["batch_num"].append(num)
+                        cols["line"].append(line)
+                        cols["key"].append(_text(meta.get("key")))
+                        cols["status"].append(_text(meta.get("status")))
+                        cols["error"].append(_text(meta.get("error")))
+                cols["files"].append((num, size))
+                if len(cols["line"]) >= _CHUNK:  # whole files per transaction: the index never holds half a file
+                    self._insert(cols)
+                    cols = _columns()
+                    self.con.execute("COMMIT")
+                    self.con.execute("BEGIN")
+            self._insert(cols)
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def _insert(self, cols: dict[str, list]) -> None:
+        files = cols.pop("files")
+        if cols["line"]:
+            self.con.execute(_INSERT, [json.dumps(cols)])
+        if files:  # one statement: an upsert costs a millisecond or more each
+            nums, sizes = zip(*files)
+            self.con.execute("INSERT OR REPLACE INTO indexed_files SELECT unnest(?), unnest(?)", [list(nums), list(sizes)])
+
+    # ----------------------------------------------------------------------- planning
+
+    def done_keys(self, batch_num: int | None = None) -> set[str]:
+        """Keys with a successful outcome (in one batch, or in all); failed prompts are owed again."""
+        where = f"status <> {_FAILED} AND key IS NOT NULL" + ("" if batch_num is None else " AND batch_num = ?")
+        params = [] if batch_num is None else [batch_num]
+        return {k for (k,) in self.con.execute(f"SELECT DISTINCT key FROM outcomes WHERE {where}", params).fetchall()}
+
+    def failed_attempts(self) -> dict[str, int]:
+        """Failed attempts of each prompt that has not succeeded yet."""
+        return dict(self.con.execute(
+            f"""SELECT key, count(*) FROM outcomes WHERE key IS NOT NULL GROUP BY key
+                HAVING count(*) FILTER (WHERE status <> {_FAILED}) = 0""").fetchall())
+
+    def load_dataset(self, dataset) -> None:
+        """Put the dataset's content keys beside the journal, so planning is a join (see load_dataset)."""
+        load_dataset(self.con, dataset)
+
+    def owed(self, max_attempts: int | None = None) -> list[tuple[int, str]]:
+        """(row index, key) of the dataset's rows still owed, in dataset order: no success yet and,
+        with max_attempts, fewer attempts than that."""
+        return self.owed_slice(0, self.plan_owed(max_attempts))
+
+    def plan_owed(self, max_attempts: int | None = None) -> int:
+        """Number the rows still owed (as owed() orders them) in a table of the index; how many.
+        A run's plan reads them back a slice at a time (owed_slice), so it never holds a pair per
+        prompt of the dataset."""
+        self._execute(self.con, "CREATE OR REPLACE TEMP TABLE owed_plan AS " + _TRIED + """,
+            o AS (SELECT d.idx, d.key FROM dataset d LEFT JOIN tried t USING (key)
+                  WHERE coalesce(t.ok, 0) = 0 AND coalesce(t.attempts, 0) < ?)
+            SELECT row_number() OVER (ORDER BY idx, length(key), key) - 1 AS pos, idx, key FROM o ORDER BY pos""",
+                      [max_attempts or 2 ** 62])
+        return self.con.execute("SELECT count(*) FROM owed_plan").fetchone()[0]
+
+    def owed_slice(self, start: int, stop: int) -> list[tuple[int, str]]:
+        """(row index, key) of the owed rows numbered start to stop - 1 by the last plan_owed."""
+        return self.con.execute("SELECT idx, key FROM owed_plan WHERE pos >= ? AND pos < ? ORDER BY pos",
+                                [start, stop]).fetchall()
+
+    def given_up(self, max_attempts: int) -> int:
+        """How many prompts of the journal failed max_attempts times and never succeeded."""
+        return self.con.execute(_TRIED + "SELECT count(*) FROM tried WHERE ok = 0 AND attempts >= ?",
+                                [max_attempts]).fetchone()[0]
+
+    def completed_json(self) -> str:
+        """The dataset indices of the rows done, as one compact JSON array (checkpoint.json)."""
+        return self.con.execute(
+            f"""SELECT coalesce(to_json(list(DISTINCT idx ORDER BY idx)), '[]')::VARCHAR FROM dataset
+                WHERE key IN (SELECT key FROM outcomes WHERE status <> {_FAILED})""").fetchone()[0]
+
+    def next_batch_num(self) -> int:
+        nums = [n for n, _ in journal.batch_files(self.run_dir)]
+        return max(nums) + 1 if nums else 0
+
+    def batch_stats(self) -> dict[str, dict[str, int]]:
+        rows = self.con.execute(
+            f"""SELECT batch_num, count(*),
+                      count(*) FILTER (WHERE status = {_FAILED}),
+                      count(*) FILTER (WHERE status = {_DISCARDED})
+               FROM outcomes WHERE key IS NOT NULL GROUP BY batch_num ORDER BY batch_num"""
+        ).fetchall()
+        return {str(b): {"processed": n, "skipped": f, "discarded_no_reasoning": d} for b, n, f, d in rows}
+
+    # ----------------------------------------------------------------------- merging
+
+    def files(self) -> list[tuple[int, Path, int]]:
+        """(batch number, path, indexed size) of every indexed batch file, in batch order."""
+        return [(num, RunPaths(self.run_dir).batch(num), size) for num, size in
+                self.con.execute("SELECT batch_num, size FROM indexed_files ORDER BY batch_num").fetchall()]
+
+    def winners(self) -> dict[int, bytearray]:
+        """Per batch number, a bitmap of its winning lines: the first successful line of each key
+        in journal order. A line without a key counts as the key NULL, as the merge always did.
+
+        A bitmap costs one bit a line (12 KB for 100,000 trajectories); DuckDB's side is bounded
+        by its memory limit (a lean index spills to disk).
+        """
+        bitmaps = {num: bytearray((lines + 7) // 8) for num, lines in self.con.execute(
+            "SELECT batch_num, max(line) + 1 FROM outcomes GROUP BY batch_num").fetchall()}
+        cur = self.con.cursor()
+        try:
+            self._execute(cur, f"SELECT min({_POS}) FROM outcomes WHERE status IS DISTINCT FROM {_FAILED} GROUP BY key")
+            while chunk := cur.fetchmany(10_000):
+                for (pos,) in chunk:
+                    line = pos & 0xFFFFFFFF
+                    bitmaps[pos >> 32][line >> 3] |= 1 << (line & 7)
+        finally:
+            cur.close()
+        return bitmaps
+
+    def prompt_count(self) -> int:
+        """Distinct keys in the journal, NULL counted as one (a run folder without run.json counts its prompts so)."""
+        return self.con.execute(
+            "SELECT count(DISTINCT key) + coalesce(max((key IS NULL)::INT), 0) FROM outcomes").fetchone()[0]
+
+    def final_errors(self) -> list[str | None]:
+        """The LAST error of each prompt that failed and never succeeded, in order of first failure
+        in the journal (hermes.data.failures groups them by kind)."""
+        return [e for (e,) in self._execute(self.con, f"""
+            WITH failed AS (
+                SELECT key, min({_POS}) AS first, arg_max(error, {_POS}) AS last_error
+                FROM outcomes WHERE status = {_FAILED} GROUP BY key)
+            SELECT last_error FROM failed f
+            WHERE NOT EXISTS (SELECT 1 FROM outcomes o
+                              WHERE o.key IS NOT DISTINCT FROM f.key AND o.status IS DISTINCT FROM {_FAILED})
+            ORDER BY first""").fetchall()]
+
+    def retried_attempts(self) -> list[tuple[str, str | None, bool]]:
+        """(key, error, whether the prompt succeeded in the end) of each failed attempt that was
+        tried again (in the run, or on a later --resume), in journal order."""
+        return self._execute(self.con, f"""
+            WITH a AS (
+                SELECT key, status, error, {_POS} AS pos,
+                       count(*) OVER (PARTITION BY key ORDER BY {_POS}
+                                      ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS later,
+                       count(*) FILTER (WHERE status IS DISTINCT FROM {_FAILED}) OVER (PARTITION BY key) AS ok
+                FROM outcomes WHERE key IS NOT NULL)
+            SELECT key, error, ok > 0 FROM a WHERE status = {_FAILED} AND later > 0 ORDER BY pos""").fetchall()
+
+    def _execute(self, cur, sql: str, params: list | None = None):
+        try:
+            return cur.execute(sql, params)
+        except duckdb.OutOfMemoryException:
+            # The lean cap was too tight for this journal: finish slower and bigger rather than fail.
+            log.warning("run index %s: query needs more than %s, lifting the limit", self.path, LEAN_MEMORY)
+            self.con.execute("RESET memory_limit")
+            return cur.execute(sql, params)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+_POS = "(batch_num::BIGINT << 32 | line)"  # a line's place in the journal, as one number
+_TRIED = f"""WITH tried AS (SELECT key, count(*) FILTER (WHERE status <> {_FAILED}) AS ok, count(*) AS attempts
+                            FROM outcomes WHERE key IS NOT NULL GROUP BY key) """
+
+
+def _columns() -> dict[str, list]:
+    return {"batch_num": [], "line": [], "key": [], "status": [], "error": [], "files": []}
+
+
+def _with_layout(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Create the tables, or rebuild them when they were made by another version of this module."""
+    con.execute(SCHEMA)
+    if con.execute("SELECT max(version) FROM layout").fetchone()[0] != LAYOUT:
+        con.execute("DROP TABLE outcomes; DROP TABLE indexed_files; DROP TABLE layout")
+        con.execute(SCHEMA)
+        con.execute("INSERT INTO layout VALUES (?)", [LAYOUT])
+    return con
+
+
+def load_dataset(con: duckdb.DuckDBPyConnection, dataset) -> None:
+    """A temporary table dataset(idx, key): each row's content key, `<hash>-<occurrence>`.
+
+    The occurrence numbers identical rows in dataset order (hermes.data.dataset.Dataset.keys counts
+    them the same way in Python). Hashes cross into DuckDB as comma-separated text, which it
+    splits far faster than it converts Python lists, 20,000 at a time: a chunk's text and its
+    split list are what the load holds beyond the table (100,000 a chunk peaked 16 MiB higher at
+    200,000 rows).
+    """
+    con.execute("CREATE OR REPLACE TEMP TABLE dataset_hashes (idx BIGINT, h VARCHAR)")
+    for start, text in dataset.hash_chunks(20_000):
+        con.execute("""INSERT INTO dataset_hashes
+                       SELECT ? + generate_subscripts(hs, 1) - 1, unnest(hs) FROM (SELECT string_split(?, ',') AS hs)""",
+                    [start, text])
+    # --attempts K: attempt n of a row is a prompt of its own, keyed `<key>#a<n>` from the second on
+    # (hermes.data.dataset.attempt_key), ordered by row then attempt
+    attempts = int(getattr(dataset, "attempts", 1) or 1)
+    # Occurrences are numbered only among the hashes that repeat: a window over every row's hash
+    # does not fit the lean index's memory cap at a million rows, a grouping and a join spill.
+    # No ORDER BY: the rows go in as idx runs, and every reader orders what it asks for.
+    con.execute("""CREATE OR REPLACE TEMP TABLE dataset AS
+                   WITH dup AS (SELECT h FROM dataset_hashes GROUP BY h HAVING count(*) > 1),
+                        occ AS (SELECT idx, row_number() OVER (PARTITION BY h ORDER BY idx) - 1 AS n
+                                FROM dataset_hashes SEMI JOIN dup USING (h))
+                   SELECT idx, CASE WHEN a = 1 THEN k ELSE k || '#a' || a END AS key FROM
+                     (SELECT idx, h || '-' || coalesce(occ.n, 0) AS k FROM dataset_hashes LEFT JOIN occ USING (idx)),
+                     range(1, ? + 1) t(a)""", [attempts])
+    con.execute("DROP TABLE dataset_hashes")

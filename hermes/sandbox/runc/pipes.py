@@ -1,0 +1,115 @@
+"""A runc sandbox's command channel: the pipes of its init process (channel.SERVER, the docker
+backend's channel script, is the sandbox's PID 1), and of a per-call `runc exec`, read as the
+docker backend reads an exec stream: (stream number, payload) pairs, 1 stdout, 2 stderr.
+
+PID 1 of a pid namespace gets no signal from inside it that it has no handler for, and
+`kill -9 -1` skips it: a command cannot kill the channel, only its own wrapper (whose end the
+channel then reports). When the owner process dies its end of the pipes closes: the channel's
+`read` sees end of file, PID 1 exits and the kernel kills every process of the sandbox.
+"""
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import socket
+import time
+from typing import Callable
+
+from hermes.sandbox.base import SandboxError
+from hermes.sandbox.docker.channel import WATCH_SECONDS
+from hermes.sandbox.docker.link import ChannelLink
+
+
+class PipeFrames:
+    """stdout and stderr of a process as frames; None once either ends (the process is gone)."""
+
+    def __init__(self, out_fd: int, err_fd: int, alive: Callable[[], bool] | None = None):
+        self.alive = alive or (lambda: True)
+        self._sel = selectors.DefaultSelector()
+        for fd, stream in ((out_fd, 1), (err_fd, 2)):
+            os.set_blocking(fd, False)
+            self._sel.register(fd, selectors.EVENT_READ, stream)
+        self._ended = False
+
+    def next(self, deadline: float) -> tuple[int, bytes] | None:
+        while not self._ended:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline")
+            if not self.alive():
+                return None
+            for key, _ in self._sel.select(min(left, WATCH_SECONDS)):
+                try:
+                    data = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    self._ended = True
+                    return None
+                return key.data, data
+        return None
+
+    def close(self) -> None:
+        self._ended = True
+        self._sel.close()
+
+
+class PipeChannel:
+    """The init's channel: requests to its stdin, frames from its stdout and stderr."""
+
+    def __init__(self, stdin_fd: int, frames: PipeFrames):
+        self.exec_id = "init"
+        self.frames = frames
+        self.pid: str | None = None
+        self._fd = stdin_fd
+        os.set_blocking(stdin_fd, False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(stdin_fd, selectors.EVENT_WRITE)
+
+    def send(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the sandbox's channel took no more input in time")
+            if not self._sel.select(min(left, WATCH_SECONDS)):
+                continue
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:
+                continue
+
+    def close(self) -> None:
+        # The pipes stay open: closing the init's stdin would end the whole sandbox. A channel not
+        # trusted again is only no longer read; the sandbox's close ends it.
+        self.frames.close()
+
+
+class InitLink(ChannelLink):
+    """The docker backend's channel discipline (one request at a time, a concurrent call gets a
+    call of its own, a request that did not end cleanly drops the channel) over the init's pipes.
+    A dropped channel is not reopened: later calls each get a `runc exec`."""
+
+    def __init__(self, sb, chan: PipeChannel):
+        super().__init__(sb)
+        self.chan = chan
+
+    def _open(self) -> PipeChannel | None:
+        return self.chan
+
+
+def hello(chan: PipeChannel, text: bytes, deadline: float) -> str:
+    """Hand the init its script; its PID (1) once it listens."""
+    greeting = re.compile(rb"~hermes-channel (\d+)\n")
+    buf = bytearray()
+    try:
+        chan.send(text, deadline)
+        while not (m := greeting.search(buf)):
+            frame = chan.frames.next(deadline)
+            if frame is None:
+                raise SandboxError(f"its shell ended: {bytes(buf[-300:]).decode('utf-8', 'replace').strip()}")
+            buf += frame[1]
+    except OSError as e:
+        raise SandboxError(f"its shell did not start: {e}") from e
+    return m.group(1).decode()

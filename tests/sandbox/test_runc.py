@@ -1,0 +1,189 @@
+"""The runc backend's own behaviour: what the tests both backends run (test_sandbox.py's
+both_backends, the abuse suite) do not show. Real runc, real cgroups, real processes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hermes.sandbox import get_backend
+from hermes.sandbox.base import SandboxError, SandboxSettings, SandboxSpec, WeakerSandbox
+from tests.helpers import until, within
+
+RUN_ID = f"pytest-runc-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def backend(sandbox_image):
+    runc = get_backend(SandboxSettings(backend="runc", command_timeout=20, output_limit=2000))
+    if not runc.available():
+        pytest.skip("the runc backend needs runc and root")
+    yield runc
+    runc.drain(60)
+    left = [f.name for f in runc.leftovers(RUN_ID) if f.run.startswith(RUN_ID)]
+    runc.cleanup(RUN_ID, include_live=True)
+    assert left == [], f"tests left runc sandboxes behind: {left}"
+
+
+@pytest.fixture
+def sb(backend, sandbox_image, request):
+    box = backend.open(SandboxSpec(image=sandbox_image, run_id=RUN_ID, prompt_id=request.node.name))
+    yield box
+    box.close()
+
+
+def traces(name: str) -> list[str]:
+    """What of a sandbox is still on the host: runc's state, its cgroups, its folder."""
+    from hermes.sandbox.runc import state
+
+    found = [str(p) for p in (state.RUNC_ROOT / name, state.BOXES / name) if p.exists()]
+    return found + [str(d) for d in state.cgroup_dirs(name)]
+
+
+def test_close_leaves_nothing_on_the_host(backend, sandbox_image):
+    box = backend.open(SandboxSpec(image=sandbox_image, run_id=RUN_ID, prompt_id="close"))
+    assert box.exec("echo in").output == "in\n"
+    assert traces(box.name)  # it was there
+    box.close()
+    box.close()
+    assert traces(box.name) == []
+    with pytest.raises(SandboxError):
+        box.exec("true")
+
+
+def test_kill_all_processes_leaves_the_sandbox_working(sb):
+    # The channel is the sandbox's PID 1, which kill -9 -1 skips: the command dies, the sandbox stays.
+    r = within(60, sb.exec, "sleep 300 & kill -9 -1; sleep 30; echo never")
+    assert r.exit_code == 137 and "never" not in r.output
+    assert within(60, sb.exec, "echo hello").output == "hello\n"
+    # what was left of the command (its shell, spared as the killer) is killed from the host; a
+    # SIGKILL lands a moment later under load, but long before its own 30 s would end it
+    until(lambda: "kill -9 -1" not in sb.exec("ps -o args").output, "the rest of the command to be killed", timeout=10)
+
+
+def test_a_concurrent_call_gets_an_exec_of_its_own(sb):
+    results = {}
+    slow = threading.Thread(target=lambda: results.update(slow=sb.exec("sleep 2; echo slow")))
+    slow.start()
+    until(lambda: "sleep 2" in sb.exec("ps -o args").output, "the slow command to start", timeout=30)
+    results["quick"] = sb.exec("echo quick")
+    sb.write_file("side.txt", b"beside")
+    slow.join(60)
+    assert results["quick"].output == "quick\n" and results["slow"].output == "slow\n"
+    assert sb.read_file("side.txt") == b"beside"
+
+
+def test_a_stolen_request_stream_costs_one_call_at_most(sb):
+    # A background job reading PID 1's stdin can swallow a request: that call ends at its time
+    # limit, the channel is given up, and every later call gets a runc exec of its own.
+    sb.exec("(cat /proc/1/fd/0 >/dev/null 2>&1 &); echo thief-started")
+    for i in range(10):
+        r = within(60, sb.exec, f"echo try{i}", timeout=2)
+        if r.timed_out:
+            break
+        assert (r.output, r.exit_code) == (f"try{i}\n", 0)
+    for i in range(3):
+        assert within(60, sb.exec, f"echo after{i}").output == f"after{i}\n"
+    sb.write_file("f", b"still")
+    assert sb.read_file("f") == b"still"
+
+
+def test_cgroups_docker_socket_and_host_root_are_out_of_reach(sb):
+    r = sb.exec("echo 999999999999 > /sys/fs/cgroup/memory/memory.limit_in_bytes || "
+                "echo 999999999999 > /sys/fs/cgroup/memory.max")
+    assert r.exit_code != 0 and "Read-only file system" in r.output, r.output
+    assert sb.exec("ls /var/run/docker.sock /run/docker.sock").exit_code != 0
+    assert sb.exec("ls /run/hermes-runc /var/cache/hermes-runc").exit_code != 0
+    assert sb.exec("cat /proc/kcore | head -c 1; echo rc=$?").output.strip().endswith("rc=0")  # masked: empty
+    assert sb.exec("grep Seccomp: /proc/self/status").output.split() == ["Seccomp:", "2"]
+
+
+def _crash(image: str, run: str, code: str = "") -> None:
+    """A process that opens two runc sandboxes and dies without closing them."""
+    script = textwrap.dedent(f"""
+        import os
+        from hermes.sandbox import get_backend, base
+        from hermes.sandbox.base import SandboxSettings, SandboxSpec
+        {code}
+        b = get_backend(SandboxSettings(backend="runc"))
+        boxes = [b.open(SandboxSpec(image={image!r}, run_id={run!r}, lifetime=LIFETIME)) for _ in range(2)]
+        print(" ".join(x.name for x in boxes), flush=True)
+        os._exit(0)
+    """)
+    return subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True,
+                          text=True).stdout.split()
+
+
+def test_a_dead_owner_s_sandboxes_end_and_the_next_run_removes_them_whatever_its_run(backend, sandbox_image):
+    names = _crash(sandbox_image, f"{RUN_ID}-crashed", "LIFETIME = None")
+    # its end of the channel's pipes closed: each sandbox's PID 1 read end of file and exited
+    from hermes.sandbox.runc import state
+
+    until(lambda: all(b'"status": "stopped"' in state.runc("state", n).stdout.replace(b'":"', b'": "')
+                      for n in names), "the dead owner's sandboxes to stop", timeout=30)
+    dead = {f.name: f.alive for f in backend.leftovers(f"{RUN_ID}-another")}
+    assert {n: dead.get(n) for n in names} == {n: False for n in names}
+    live = backend.open(SandboxSpec(image=sandbox_image, run_id=f"{RUN_ID}-live"))
+    try:
+        run = backend.open_run(f"{RUN_ID}-another")  # a run of another name sweeps them at its start
+        run.close()
+        assert [traces(n) for n in names] == [[], []]
+        assert live.exec("echo alive").output == "alive\n"  # a live owner's sandbox is kept
+    finally:
+        live.close()
+
+
+def test_a_sandbox_past_its_lifetime_is_removed_by_itself(sandbox_image):
+    names = _crash(sandbox_image, f"{RUN_ID}-lifetime", "base.LIFETIME_MARGIN = 1.0; LIFETIME = 1.0")
+    # nobody cleans up: the sandboxes' own reapers remove them once lifetime + margin is past
+    until(lambda: all(traces(n) == [] for n in names), "the sandboxes to remove themselves", timeout=60)
+
+
+def test_sigterm_removes_the_run_s_sandboxes_before_the_process_ends(sandbox_image, tmp_path):
+    run = f"{RUN_ID}-term"
+    ready = tmp_path / "names"
+    script = textwrap.dedent(f"""
+        import time
+        from hermes.sandbox import get_backend
+        from hermes.sandbox.base import SandboxSettings, SandboxSpec
+        b = get_backend(SandboxSettings(backend="runc"))
+        r = b.open_run({run!r})
+        boxes = [b.open(SandboxSpec(image={sandbox_image!r}, run_id={run!r})) for _ in range(2)]
+        open({str(ready)!r}, "w").write(" ".join(x.name for x in boxes))
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        until(lambda: ready.exists() and ready.read_text(), "the sandboxes to open", timeout=60)
+        names = ready.read_text().split()
+        assert all(traces(n) for n in names)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) != 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [traces(n) for n in names] == [[], []]
+
+
+def test_a_limit_that_would_not_hold_refuses_the_run(sandbox_image):
+    weak = SandboxSettings(backend="runc", image=sandbox_image, memory="0")  # "0": no memory limit at all
+    with pytest.raises(WeakerSandbox, match="memory"):
+        get_backend(weak).check_limits(RUN_ID)
+    accepted = get_backend(weak.model_copy(update={"allow_weaker_sandbox": True})).check_limits(RUN_ID)
+    assert any("memory" in p for p in accepted)
+    assert get_backend(SandboxSettings(backend="runc", image=sandbox_image)).check_limits(RUN_ID) == []
+
+
+def test_the_image_root_is_unpacked_once_and_shared_read_only(backend, sandbox_image):
+    from hermes.sandbox.runc.rootfs import image_root
+
+    root = image_root(sandbox_image, backend.settings)
+    assert (root.rootfs / "bin").exists() and root.id.startswith("sha256:")
+    assert str(root.rootfs).startswith(str(Path("/var/cache/hermes-runc"))) or os.environ.get("HERMES_RUNC_CACHE")
