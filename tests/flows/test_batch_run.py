@@ -13,7 +13,7 @@ import pytest
 
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unique_run, unpullable_image
+from tests.helpers import BROWSER_TOOLS, script, write_dataset, read_jsonl, tool_responses, unique_run, unpullable_image, until
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E, MIXED, CLI = unique_run("e2e"), unique_run("mixed"), unique_run("cli")  # their containers' label
@@ -190,8 +190,13 @@ def test_inline_batches_run_without_a_task_run_each(tmp_path, run_settings, mock
     name = unique_run("inline")
     settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), name, batch_size=2, inline_batches=True)
     assert batch_run(settings=settings)["trajectories_written"] == 6
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"batch-{name}"])))
-        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [runs[0].id]}))
-    names = sorted(t.name.rsplit("-", 1)[0] for t in tasks)
-    assert names == ["merge-run", "plan-run", "publish-report"], names
+
+    def names() -> list[str]:
+        # the server records task runs in the background (a flush a second): read until all are in
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"batch-{name}"])))
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [runs[0].id]}))
+        return sorted(t.name.rsplit("-", 1)[0] for t in tasks)
+
+    until(lambda: "publish-report" in names() and "merge-run" in names(), "the run's task runs to be recorded", 60)
+    assert names() == ["merge-run", "plan-run", "publish-report"]

@@ -63,6 +63,9 @@ from hermes.sandbox.docker.output import Outcome, finish, read_output
 from hermes.sandbox.docker.removal import remove_one, removals
 
 log = logging.getLogger(__name__)
+#: the shell's own kill: a `kill` program may not take a process group as "-PGID" (procps's, on
+#: the default Debian image, reads it as an option and kills nothing; busybox's refuses "--")
+KILL = ["sh", "-c", 'kill -9 "$1"', "kill"]
 
 #: extra seconds the host waits beyond a command's own time limit before giving up on it
 HOST_GRACE = 5.0
@@ -257,7 +260,7 @@ class DockerSandbox:
         api = self.lifecycle_api()
         for _ in range(5):
             try:
-                ex = api.exec_create(self.container_id, ["kill", "-9", target], user=self.settings.user)
+                ex = api.exec_create(self.container_id, KILL + [target], user=self.settings.user)
                 out = api.exec_start(ex["Id"]) or b""
                 if api.exec_inspect(ex["Id"]).get("ExitCode") == 0 or b"No such process" in out:
                     return
