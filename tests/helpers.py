@@ -61,6 +61,11 @@ def until(predicate, what: str, timeout: float = 120.0, every: float = 0.2, stac
         time.sleep(every)
 
 
+def until_named(what: str, check, timeout: float = 120.0):
+    """until(), the thing waited for named first (the sandbox tests read better so)."""
+    return until(check, what, timeout)
+
+
 def thread_stacks() -> str:
     """Every thread of this process, with the stack it is in now."""
     frames = sys._current_frames()

@@ -360,12 +360,17 @@ def _columns() -> dict[str, list]:
 
 
 def _with_layout(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Create the tables, or rebuild them when they were made by another version of this module."""
-    con.execute(SCHEMA)
-    if con.execute("SELECT max(version) FROM layout").fetchone()[0] != LAYOUT:
-        con.execute("DROP TABLE outcomes; DROP TABLE indexed_files; DROP TABLE layout")
-        con.execute(SCHEMA)
-        con.execute("INSERT INTO layout VALUES (?)", [LAYOUT])
+    return with_layout(con, SCHEMA, LAYOUT, ("outcomes", "indexed_files"))
+
+
+def with_layout(con: duckdb.DuckDBPyConnection, schema: str, layout: int, tables: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
+    """Create a derived index's tables (`schema`, with a `layout` table of versions), or rebuild
+    them when another version of its module made them: the journal can always fill them again."""
+    con.execute(schema)
+    if con.execute("SELECT max(version) FROM layout").fetchone()[0] != layout:
+        con.execute("; ".join(f"DROP TABLE {t}" for t in (*tables, "layout")))
+        con.execute(schema)
+        con.execute("INSERT INTO layout VALUES (?)", [layout])
     return con
 
 

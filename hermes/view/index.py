@@ -23,6 +23,7 @@ import orjson
 
 from hermes.data.entry import Status
 from hermes.data.failures import classify
+from hermes.data.run_index import with_layout
 from hermes.data.run_paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -197,9 +198,4 @@ class ViewIndex:
 
 
 def _with_layout(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    con.execute(SCHEMA)
-    if con.execute("SELECT max(version) FROM layout").fetchone()[0] != LAYOUT:
-        con.execute("DROP TABLE entries; DROP TABLE tool_calls; DROP TABLE indexed_files; DROP TABLE layout")
-        con.execute(SCHEMA)
-        con.execute("INSERT INTO layout VALUES (?)", [LAYOUT])
-    return con
+    return with_layout(con, SCHEMA, LAYOUT, ("entries", "tool_calls", "indexed_files"))

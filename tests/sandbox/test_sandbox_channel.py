@@ -15,7 +15,7 @@ import pytest
 from hermes.sandbox import cleanup, drain_removals, open_sandbox
 from hermes.sandbox.base import EngineTimeout, SandboxError, SandboxSettings, SandboxSpec
 from tests.conftest import containers_of
-from tests.helpers import within
+from tests.helpers import until_named, within
 
 pytestmark = pytest.mark.docker
 RUN = f"pytest-chan-{uuid.uuid4().hex[:6]}"
@@ -60,13 +60,6 @@ def execs_of(client, cid: str, since: float) -> list[str]:
 def gone(client, cid: str) -> bool:
     return not client.api.containers(all=True, filters={"id": cid})
 
-
-def wait_until(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- one exec
@@ -210,7 +203,7 @@ def test_background_output_does_not_leak_into_later_results(sb, docker_engine):
     # command's result, as in a terminal (channel.py, STALE_LIMIT); what is printed between two
     # commands must show in neither.
     container = docker_engine.containers.get(sb.container_id)
-    wait_until("the late output to be written",
+    until_named("the late output to be written",
                lambda: container.exec_run(["test", "-e", "/tmp/late-done"]).exit_code == 0)
     assert sb.exec("echo next").output == "next\n"
     assert sb.exec("echo again").output == "again\n"
@@ -219,7 +212,7 @@ def test_background_output_does_not_leak_into_later_results(sb, docker_engine):
     # that began before the command's end marker was read could pass the output cap and be
     # killed with the command (under a loaded suite it was, and never showed up in `top`).
     sb.exec("(sleep 0.5; exec yes noise) & echo flooding")
-    wait_until("the flood to run", lambda: any("yes noise" in " ".join(p)
+    until_named("the flood to run", lambda: any("yes noise" in " ".join(p)
                                                for p in docker_engine.api.top(sb.container_id)["Processes"]))
     assert sb.read_file("f") == b"clean"
     assert sb.exec("echo quiet").output.endswith("quiet\n")
@@ -233,7 +226,7 @@ def test_a_concurrent_call_does_not_wait_for_a_long_command(sb, docker_engine):
     slow = threading.Thread(target=lambda: done.append(
         sb.exec("while [ ! -e /tmp/go ]; do sleep 0.05; done; echo slow", timeout=120).output.strip()))
     slow.start()
-    wait_until("the long command to run", lambda: any("/tmp/go" in " ".join(p)
+    until_named("the long command to run", lambda: any("/tmp/go" in " ".join(p)
                                                       for p in docker_engine.api.top(sb.container_id)["Processes"]))
     done.append(within(60, sb.exec, "echo quick").output.strip())
     within(60, sb.write_file, "/tmp/go", b"")
@@ -255,10 +248,10 @@ def test_closing_ends_the_commands_waited_on_in_the_channel_and_in_an_exec_of_th
 
     first = threading.Thread(target=hold, args=("channel",))
     first.start()
-    wait_until("the channel's command", lambda: "/tmp/channel" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    until_named("the channel's command", lambda: "/tmp/channel" in str(docker_engine.api.top(sb.container_id)["Processes"]))
     second = threading.Thread(target=hold, args=("own",))  # the channel is busy: an exec of its own
     second.start()
-    wait_until("the second command", lambda: "/tmp/own" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    until_named("the second command", lambda: "/tmp/own" in str(docker_engine.api.top(sb.container_id)["Processes"]))
     sb.close(wait=False)
     first.join(60)
     second.join(60)
@@ -283,7 +276,7 @@ def test_a_closed_sandbox_ends_a_command_wait_even_where_its_socket_was_not_shut
 
     waiter = threading.Thread(target=hold)
     waiter.start()
-    wait_until("the command", lambda: "/tmp/never" in str(docker_engine.api.top(sb.container_id)["Processes"]))
+    until_named("the command", lambda: "/tmp/never" in str(docker_engine.api.top(sb.container_id)["Processes"]))
     sb._closed = True  # what close() does first, and the only part of it done here
     waiter.join(30)
     assert not waiter.is_alive(), "the command's wait outlived its sandbox's close"
@@ -332,7 +325,7 @@ def test_a_prompts_lazy_sandbox_leaves_removal_to_the_background(image, docker_e
     assert box.exec("echo hi").output == "hi\n"
     cid = box._sandbox.container_id
     box.close()
-    wait_until("the closed sandbox's container to be removed", lambda: gone(docker_engine, cid))
+    until_named("the closed sandbox's container to be removed", lambda: gone(docker_engine, cid))
     assert drain_removals(60)
 
 

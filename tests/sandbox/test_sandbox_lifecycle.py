@@ -23,7 +23,7 @@ import pytest
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import LABEL_OWNER, SandboxError, SandboxSettings, SandboxSpec
 from tests.conftest import containers_of
-from tests.helpers import on_host, own_host, script, unpullable_image
+from tests.helpers import until_named, on_host, own_host, script, unpullable_image
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.docker
@@ -36,17 +36,6 @@ def uniq(name: str) -> str:
 SLEEPER = script({"reasoning": "Wait for it.", "tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 60"}}]},
                  {"reasoning": "Waited.", "content": "Done."})
 
-
-def wait_until(what: str, check, timeout: float = 120.0, every: float = 0.2):
-    """Poll until check() is truthy; fail naming `what` if it never is. Not a timing assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(every)
 
 
 def sleeping_in(client, containers) -> bool:
@@ -133,7 +122,7 @@ def killed_mid_prompt(start, docker_engine, name: str, host: str) -> set[str]:
     """Start run `name` under `host`, SIGKILL it while its four containers are in their tool
     call; the ids of the containers it left."""
     run = start(name, "--sandbox_command_timeout=600", host=host)
-    live = wait_until("four containers inside their tool call",
+    live = until_named("four containers inside their tool call",
                       lambda: (cs := containers_of(docker_engine, name)) and len(cs) >= 4 and sleeping_in(docker_engine, cs) and cs)
     os.kill(run.proc.pid, signal.SIGKILL)
     run.proc.wait()
@@ -194,14 +183,14 @@ def test_a_sandbox_whose_owner_was_killed_ends_by_itself(sandbox_image, docker_e
         assert info["Config"]["Labels"][LABEL_OWNER].startswith(f"{host}:")
     except docker.errors.NotFound:
         pass  # already gone by itself
-    wait_until("the orphan's container to be gone", lambda: containers_of(docker_engine, run) == [], timeout=60)
+    until_named("the orphan's container to be gone", lambda: containers_of(docker_engine, run) == [], timeout=60)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_removes_its_containers_before_it_exits(start, docker_engine, signum):
     name = uniq(signal.Signals(signum).name.lower())
     run = start(name, "--sandbox_command_timeout=600")
-    wait_until("four containers inside their tool call",
+    until_named("four containers inside their tool call",
                lambda: (cs := containers_of(docker_engine, name)) and len(cs) >= 4 and sleeping_in(docker_engine, cs))
     os.killpg(run.proc.pid, signum)  # as a terminal's Ctrl-C, or a supervisor's stop, reaches the process group
     code = run.wait(timeout=120)
@@ -296,7 +285,7 @@ def test_owner_liveness():
     host = me.rpartition(":")[0]
     assert lifecycle.owner_alive(f"{host}:{child.pid}", created=time.time()) is True
     child.kill()  # not reaped yet: a zombie, which is dead
-    wait_until("the killed child to count as dead", lambda: lifecycle.owner_alive(f"{host}:{child.pid}") is False, 10)
+    until_named("the killed child to count as dead", lambda: lifecycle.owner_alive(f"{host}:{child.pid}") is False, 10)
     child.wait()
     assert lifecycle.owner_alive(f"{host}:{child.pid}") is False
     assert lifecycle.owner_alive(f"some-other-host:{os.getpid()}") is None
@@ -329,7 +318,7 @@ def lazy(sandbox_image, docker_engine):
 
 def test_prefetch_starts_the_container_before_the_first_tool_call(lazy, docker_engine):
     box = lazy(prefetch=True)
-    before = wait_until("the prefetched container", lambda: containers_of(docker_engine, lazy.run))
+    before = until_named("the prefetched container", lambda: containers_of(docker_engine, lazy.run))
     assert box.wait is None  # no tool call yet
     assert box.exec("echo ready").output == "ready\n"
     # The first tool call ran in the container made before it, and no other was made.
@@ -387,7 +376,7 @@ def test_an_abort_while_the_container_is_being_made_stops_the_call_that_waits_fo
     assert not call.is_alive(), "the call ran in a sandbox that was aborted"
     assert isinstance(outcome[0], SandboxError) and "closed" in str(outcome[0]), outcome
     box.close()
-    wait_until("the container made after the abort to go", lambda: containers_of(docker_engine, run) == [])
+    until_named("the container made after the abort to go", lambda: containers_of(docker_engine, run) == [])
 
 
 def _outcome(fn):

@@ -92,7 +92,7 @@ class ChannelLink:
         nonce = secrets.token_hex(8)
         deadline = time.monotonic() + CHANNEL_HELLO_TIMEOUT
         try:
-            chan.pid = self._hello(chan, text, deadline)
+            chan.pid = hello(chan, text, deadline)
             code, payload = self.request(chan, f"{nonce} p {arg('hermes')}\n".encode(), nonce, deadline)
         except SandboxError as e:
             code, payload = None, str(e).encode()
@@ -110,21 +110,6 @@ class ChannelLink:
                 raise SandboxError("sandbox is closed")
             self.chan = chan
         return chan
-
-    def _hello(self, chan: Channel, text: bytes, deadline: float) -> str:
-        """Hand the new channel its script; its PID once it listens."""
-        hello = re.compile(rb"~hermes-channel (\d+)\n")
-        buf = bytearray()
-        try:
-            chan.send(text, deadline)
-            while not (m := hello.search(buf)):
-                frame = chan.frames.next(deadline)
-                if frame is None:
-                    raise SandboxError(f"its shell ended: {bytes(buf[-200:]).decode('utf-8', 'replace').strip()}")
-                buf += frame[1]
-        except OSError as e:
-            raise SandboxError(f"its shell did not start: {e}") from e
-        return m.group(1).decode()
 
     def drop(self, chan: Channel) -> None:
         """A channel whose last request did not end cleanly is not trusted again: the next call
@@ -179,3 +164,20 @@ class ChannelLink:
         except SandboxError:
             self.drop(chan)
             raise
+
+
+def hello(chan, text: bytes, deadline: float) -> str:
+    """Hand a new channel (a Channel, or the runc backend's PipeChannel) its script; its shell's
+    PID once it listens."""
+    greeting = re.compile(rb"~hermes-channel (\d+)\n")
+    buf = bytearray()
+    try:
+        chan.send(text, deadline)
+        while not (m := greeting.search(buf)):
+            frame = chan.frames.next(deadline)
+            if frame is None:
+                raise SandboxError(f"its shell ended: {bytes(buf[-300:]).decode('utf-8', 'replace').strip()}")
+            buf += frame[1]
+    except OSError as e:
+        raise SandboxError(f"its shell did not start: {e}") from e
+    return m.group(1).decode()

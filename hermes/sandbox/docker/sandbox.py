@@ -21,8 +21,6 @@ command's output), removal.py (leftovers, background removal); __init__.py is th
 """
 from __future__ import annotations
 
-import base64
-import errno
 import logging
 import re
 import secrets
@@ -48,6 +46,7 @@ from hermes.sandbox.base import (
 from hermes.sandbox.docker import channel, networked
 from hermes.sandbox.docker.channel import STALE_LIMIT, ChannelLost, Frames, arg, fmt_seconds
 from hermes.sandbox.docker.container import container_args
+from hermes.sandbox.docker.files import ChannelFiles
 from hermes.sandbox.docker.engine import (
     engine_call,
     engine_problems,
@@ -73,7 +72,7 @@ HOST_GRACE = 5.0
 DEATH_NOTICE_SECONDS = 2.0
 
 
-class DockerSandbox:
+class DockerSandbox(ChannelFiles):
     """One prompt's container. Create with ``DockerSandbox(spec, settings)``; close when done.
 
     Commands and file operations go over one long-lived channel exec (see channel.SERVER), opened on
@@ -355,7 +354,7 @@ class DockerSandbox:
 
     # -- files ----------------------------------------------------------------
 
-    def _run_plain(self, cmd: list[str], data: bytes | None, timeout: float) -> tuple[bytes, bytes, int]:
+    def _plain(self, cmd: list[str], data: bytes | None, timeout: float) -> tuple[bytes, bytes, int]:
         exec_id, frames = self.exec_socket(cmd, stdin=data is not None)
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
@@ -381,9 +380,6 @@ class DockerSandbox:
             frames.close()
         return bytes(out), bytes(err), self._exit_code(exec_id)
 
-    def _file_timeout(self, size: int = 0) -> float:
-        return max(self.settings.command_timeout, 30.0) + size / (5 << 20)
-
     def read_file(self, path: str) -> bytes:
         return self._stopped_run_wins(self._read_file, path)
 
@@ -401,47 +397,5 @@ class DockerSandbox:
                         raise
         return None
 
-    def _read_file(self, path: str) -> bytes:
-        answer = self._file_request(lambda n: f"{n} r {arg(self.cwd)} {arg(path)}\n".encode(), self._file_timeout())
-        if answer is not None:
-            code, payload = answer
-            if code == 0:
-                try:
-                    return base64.b64decode(payload)
-                except ValueError as e:
-                    raise SandboxError(f"{path}: unreadable answer from the sandbox: {e}") from e
-            _raise_file_error(code, payload, path)
-        out, err, code = self._run_plain(["sh", "-c", channel.READ, "hermes-read", self.cwd, path], None, self._file_timeout())
-        if code == 0:
-            return out
-        _raise_file_error(code, err, path)
-        raise AssertionError  # unreachable
-
     def write_file(self, path: str, data: bytes) -> None:
         self._stopped_run_wins(self._write_file, path, data)
-
-    def _write_file(self, path: str, data: bytes) -> None:
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        data = bytes(data)
-        answer = self._file_request(lambda n: f"{n} w {arg(self.cwd)} {arg(path)} {len(data)}\n".encode() + data,
-                                    self._file_timeout(len(data)))
-        if answer is not None:
-            if answer[0] != 0:
-                _raise_file_error(answer[0], answer[1], path)
-            return
-        _, err, code = self._run_plain(["sh", "-c", channel.WRITE, "hermes-write", self.cwd, path], data,
-                                       self._file_timeout(len(data)))
-        if code != 0:
-            _raise_file_error(code, err, path)
-
-
-def _raise_file_error(code: int, err: bytes, path: str) -> None:
-    msg = err.decode("utf-8", "replace").strip() or f"exit code {code}"
-    if code == 3:
-        raise FileNotFoundError(errno.ENOENT, msg, path)
-    if code == 4:
-        raise IsADirectoryError(errno.EISDIR, msg, path)
-    if "Permission denied" in msg or "Read-only file system" in msg:
-        raise PermissionError(errno.EACCES, msg, path)
-    raise SandboxError(f"{path}: {msg}")

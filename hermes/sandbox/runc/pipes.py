@@ -10,13 +10,11 @@ channel then reports). When the owner process dies its end of the pipes closes: 
 from __future__ import annotations
 
 import os
-import re
 import selectors
 import socket
 import time
 from typing import Callable
 
-from hermes.sandbox.base import SandboxError
 from hermes.sandbox.docker.channel import WATCH_SECONDS
 from hermes.sandbox.docker.link import ChannelLink
 
@@ -97,19 +95,3 @@ class InitLink(ChannelLink):
 
     def _open(self) -> PipeChannel | None:
         return self.chan
-
-
-def hello(chan: PipeChannel, text: bytes, deadline: float) -> str:
-    """Hand the init its script; its PID (1) once it listens."""
-    greeting = re.compile(rb"~hermes-channel (\d+)\n")
-    buf = bytearray()
-    try:
-        chan.send(text, deadline)
-        while not (m := greeting.search(buf)):
-            frame = chan.frames.next(deadline)
-            if frame is None:
-                raise SandboxError(f"its shell ended: {bytes(buf[-300:]).decode('utf-8', 'replace').strip()}")
-            buf += frame[1]
-    except OSError as e:
-        raise SandboxError(f"its shell did not start: {e}") from e
-    return m.group(1).decode()

@@ -12,7 +12,6 @@ process has died. close() removes it: `runc delete --force`, its cgroup, its fol
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -29,9 +28,11 @@ from hermes.sandbox.base import ExecResult, OutputCap, SandboxError, SandboxSett
 from hermes.sandbox.docker import channel
 from hermes.sandbox.docker.channel import STALE_LIMIT, arg, fmt_seconds
 from hermes.sandbox.docker.output import Outcome, finish, read_output
-from hermes.sandbox.docker.sandbox import HOST_GRACE, _raise_file_error
+from hermes.sandbox.docker.files import ChannelFiles
+from hermes.sandbox.docker.sandbox import HOST_GRACE
 from hermes.sandbox.runc import state
-from hermes.sandbox.runc.pipes import InitLink, PipeChannel, PipeFrames, hello
+from hermes.sandbox.docker.link import hello
+from hermes.sandbox.runc.pipes import InitLink, PipeChannel, PipeFrames
 from hermes.sandbox.runc.rootfs import image_root
 from hermes.sandbox.runc.spec import build_spec, parse_user
 
@@ -42,7 +43,7 @@ START_TIMEOUT = 30.0
 MAX_READ_BYTES = 256 << 20
 
 
-class RuncSandbox:
+class RuncSandbox(ChannelFiles):
     def __init__(self, spec: SandboxSpec, settings: SandboxSettings, seccomp: dict | None):
         self.spec = spec
         self.settings = settings
@@ -236,12 +237,18 @@ class RuncSandbox:
 
     # -- commands -------------------------------------------------------------
 
-    def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+    def _stopped_run_wins(self, fn, *args):
+        """A sandbox failing because its run is being stopped ends the prompt (RunInterrupted),
+        instead of handing the model a broken tool result; a file's own error is the model's."""
         try:
-            return self._exec(command, cwd, timeout)
-        except (SandboxError, OSError):
-            lifecycle.raise_if_stopping(self.spec.run_label())
+            return fn(*args)
+        except (SandboxError, OSError) as e:
+            if not isinstance(e, (FileNotFoundError, IsADirectoryError, PermissionError)):
+                lifecycle.raise_if_stopping(self.spec.run_label())
             raise
+
+    def exec(self, command: str, *, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        return self._stopped_run_wins(self._exec, command, cwd, timeout)
 
     def _exec(self, command: str, cwd: str | None, timeout: float | None) -> ExecResult:
         started = time.monotonic()
@@ -302,9 +309,6 @@ class RuncSandbox:
 
     # -- files ----------------------------------------------------------------
 
-    def _file_timeout(self, size: int = 0) -> float:
-        return max(self.settings.command_timeout, 30.0) + size / (5 << 20)
-
     def _file_request(self, make, timeout: float) -> tuple[int, bytes] | None:
         with self._link.using() as chan:
             if chan is None:
@@ -325,39 +329,7 @@ class RuncSandbox:
         return out, err, proc.returncode
 
     def read_file(self, path: str) -> bytes:
-        try:
-            return self._read_file(path)
-        except (SandboxError, OSError) as e:
-            if not isinstance(e, (FileNotFoundError, IsADirectoryError, PermissionError)):
-                lifecycle.raise_if_stopping(self.spec.run_label())
-            raise
-
-    def _read_file(self, path: str) -> bytes:
-        answer = self._file_request(lambda n: f"{n} r {arg(self.cwd)} {arg(path)}\n".encode(), self._file_timeout())
-        if answer is not None:
-            code, payload = answer
-            if code == 0:
-                try:
-                    return base64.b64decode(payload)
-                except ValueError as e:
-                    raise SandboxError(f"{path}: unreadable answer from the sandbox: {e}") from e
-            _raise_file_error(code, payload, path)
-        out, err, code = self._plain(["sh", "-c", channel.READ, "hermes-read", self.cwd, path], None, self._file_timeout())
-        if code != 0:
-            _raise_file_error(code, err, path)
-        return out
+        return self._stopped_run_wins(self._read_file, path)
 
     def write_file(self, path: str, data: bytes) -> None:
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        data = bytes(data)
-        answer = self._file_request(lambda n: f"{n} w {arg(self.cwd)} {arg(path)} {len(data)}\n".encode() + data,
-                                    self._file_timeout(len(data)))
-        if answer is not None:
-            if answer[0] != 0:
-                _raise_file_error(answer[0], answer[1], path)
-            return
-        _, err, code = self._plain(["sh", "-c", channel.WRITE, "hermes-write", self.cwd, path], data,
-                                   self._file_timeout(len(data)))
-        if code != 0:
-            _raise_file_error(code, err, path)
+        self._stopped_run_wins(self._write_file, path, data)
