@@ -415,3 +415,32 @@ def test_image_gen_distribution_runs_end_to_end(tmp_path, sandbox_image, distrib
     assert len(entries) == 4 and all(e["completed"] for e in entries)
     made = [r["content"]["image"] for e in entries for r in tool_responses(e) if r["name"] == "image_generate"]
     assert made and all(png_size((run_dir / m).read_bytes()) for m in made)
+
+
+# --------------------------------------------------------------------------- whose key goes where
+
+def test_the_runs_key_never_goes_to_a_separately_configured_vision_or_image_endpoint():
+    """Over the real wire (a recording hop in front of each endpoint): a vision or image endpoint
+    of its own gets its own key, or none, never the agent's; the run's own endpoint gets the run's."""
+    from tests.helpers import HeaderRecorder
+
+    image = "data:image/png;base64," + base64.b64encode(png(3, 2)).decode()
+    with MockLLM() as mock, HeaderRecorder(mock.url) as own, HeaderRecorder(mock.url) as vision, \
+            HeaderRecorder(mock.url) as images:
+        def ctx(secrets: dict, **toolsets) -> ToolContext:
+            return ToolContext(settings=ToolsetSettings(**toolsets),
+                               endpoint=ModelEndpoint(own.base_url, "mock-model", "sk-run-secret"),
+                               key="k-0", net=NetPolicy(), secret=secrets.get)
+
+        look = {"image_url": image, "question": "What is it?"}
+        assert call("vision_analyze", look, ctx({}))["success"]  # no endpoint of its own: the run's
+        assert call("vision_analyze", look, ctx({}, vision={"base_url": vision.base_url, "model": "v"}))["success"]
+        assert call("vision_analyze", look, ctx({"HERMES_VISION_API_KEY": "sk-vision"},
+                                                vision={"base_url": vision.base_url, "model": "v"}))["success"]
+        draw = {"prompt": "a lighthouse", "aspect_ratio": "square"}
+        assert call("image_generate", draw, ctx({}, image_gen={"base_url": images.base_url}))["success"]
+        assert call("image_generate", draw, ctx({"HERMES_IMAGE_API_KEY": "sk-images"},
+                                                image_gen={"base_url": images.base_url}))["success"]
+    assert own.authorizations == ["Bearer sk-run-secret"]
+    assert vision.authorizations == ["Bearer not-needed", "Bearer sk-vision"]
+    assert images.authorizations == ["Bearer not-needed", "Bearer sk-images"]
