@@ -132,7 +132,7 @@ def test_an_example_toolset_runs_end_to_end_with_its_settings_and_no_container(t
 def test_an_unavailable_toolset_is_left_out_loudly(tmp_path, mock_llm):
     rows = [{"prompt": "anything"}]
     done = run_cli(tmp_path, rows, "no-token", mock_llm.base_url, "--distribution=echo_only", env={"ECHO_TOKEN": ""})
-    assert done.returncode != 0
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]  # refused, not crashed
     assert "echo (ECHO_TOKEN is not set)" in done.stderr
     listing = subprocess.run([sys.executable, "-m", "flows.cli", "list-distributions"], capture_output=True, text=True,
                              cwd=ROOT, env={**os.environ, "HERMES_TOOLSET_MODULES": "tests.example_toolset",
@@ -161,6 +161,20 @@ def test_parallel_tool_calls_of_one_turn_overlap_and_exclusive_ones_do_not(tmp_p
     # the exclusive call ran alone: after the call before it, before the call after it
     assert a["ended"] <= b["started"] and b["ended"] <= c["started"]
     assert entry["api_calls"] == 3
+
+
+def test_at_most_four_tool_calls_of_one_turn_run_at_once(tmp_path, mock_llm):
+    rows = [{"prompt": "many " + script(
+        {"reasoning": "Seven at once.", "tool_calls": [_echo_call("echo", f"m{i}", 1) for i in range(7)]},
+        {"reasoning": "Done.", "content": "All echoed."})}]
+    done = run_cli(tmp_path, rows, "many", mock_llm.base_url, "--distribution=echo_only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (entry,) = read_jsonl(tmp_path / "data" / "many" / "trajectories.jsonl")
+    calls = [r["content"] for r in tool_responses(entry)]
+    assert [c["echo"] for c in calls] == [f"m{i}" for i in range(7)]
+    # how many were running at each call's start: never more than four, and four at the peak
+    running = [sum(1 for o in calls if o["started"] <= c["started"] < o["ended"]) for c in calls]
+    assert max(running) == 4, running
 
 
 def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_harness, monkeypatch):
