@@ -110,7 +110,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
             sandbox[k.removeprefix("sandbox_")] = v
         elif k in RunSettings.model_fields:
             values[k] = v
-    values["sandbox"] = SandboxSettings(**sandbox)
+    values["sandbox"] = sandbox  # validated with the rest: an error names its flag, --sandbox_...
     values["tools"] = toolset_values(args)
     return RunSettings(**values)
 
@@ -214,4 +214,15 @@ def _exit_promptly_on_interrupt() -> None:
 
 
 def validation_text(e: ValidationError) -> str:
-    return "; ".join(f"--{'_'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+    return "; ".join(f"{flag_of(err['loc'])}: {err['msg']}" for err in e.errors())
+
+
+def flag_of(loc: tuple) -> str:
+    """The flag a user typed for a settings field: ("sandbox", "memory") is --sandbox_memory, a
+    toolset's ("tools", "web", "search_backend") is --web_search_backend (its toolset's prefix)."""
+    from hermes.tools import toolsets
+
+    parts = [str(x) for x in loc]
+    if parts[0] == "tools" and len(parts) > 2 and parts[1] in toolsets():
+        parts = [toolsets()[parts[1]].prefix, *parts[2:]]
+    return "--" + "_".join(parts)

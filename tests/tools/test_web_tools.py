@@ -514,3 +514,62 @@ def test_a_minimal_run_on_the_prefect_engine_carries_the_web_settings(tmp_path, 
         search, extract = tool_responses(entry)
         assert search["content"]["data"]["web"][0]["url"].startswith(searx.base_url)
         assert any(ARTICLE in r["content"] for r in extract["content"]["results"])
+
+
+# --------------------------------------------------------------------------- the command line's web flags
+
+TIDES = ("<html><head><title>Tides</title></head><body><nav>Home | Log in</nav><article><h1>Tides</h1>"
+         "<h2>Why the sea rises</h2><p>The moon pulls the oceans, and the <a href='https://example.org/sun'>sun</a> "
+         "adds its own smaller pull twice a day.</p><ul><li>spring tides are the largest of the month</li>"
+         "<li>neap tides are the smallest of the month</li></ul><p>Sailors have read the tide tables for "
+         "centuries, long before anyone could explain them well.</p></article></body></html>")
+
+
+def flags_ctx(tmp_path: Path, *flags: str) -> ToolContext:
+    """The tools' context as `batch_runner.py` with these flags would make it."""
+    from flows.run_command import run_parser, settings_from_args
+
+    args = run_parser("batch_runner.py").parse_args(
+        ["--dataset_file=d.jsonl", "--batch_size=1", "--run_name=flags", "--web_allow_hosts=127.0.0.1", *flags])
+    settings = settings_from_args(args)
+    return ToolContext(settings=settings.tools, secret={}.get,
+                       net=NetPolicy.from_hosts(["127.0.0.1"]), run_dir=tmp_path)
+
+
+@pytest.fixture
+def tides(tmp_path: Path):
+    folder = tmp_path / "tide-pages"
+    folder.mkdir()
+    (folder / "tides.html").write_text(TIDES, encoding="utf-8")
+    with SearxngServer(folder) as server:
+        yield server
+
+
+def test_web_output_format_and_backend_flags_reach_the_tools(tmp_path, tides):
+    searx, url = tides, f"{tides.base_url}/pages/tides.html"
+    backends = (f"--web_searxng_url={searx.base_url}", "--web_search_backend=searxng", "--web_extract_backend=builtin")
+    (md,) = call(flags_ctx(tmp_path / "md", *backends), "web_extract", urls=[url])["results"]
+    (text,) = call(flags_ctx(tmp_path / "text", *backends, "--web_output_format", "text"), "web_extract",
+                   urls=[url])["results"]
+    assert md["error"] is None and text["error"] is None
+    assert "# Tides" in md["content"] and "## Why the sea rises" in md["content"]  # the default: markdown
+    assert "[sun](https://example.org/sun)" in md["content"]
+    assert "Why the sea rises" in text["content"] and "sun adds its own smaller pull" in text["content"]
+    assert "#" not in text["content"] and "](" not in text["content"]  # text: no markup, no link targets
+    assert call(flags_ctx(tmp_path, *backends), "web_search", query="tides")["success"] is True
+
+    keys = {"BRAVE_API_KEY": "b", "TAVILY_API_KEY": "t", "EXA_API_KEY": "e", "FIRECRAWL_API_KEY": "f"}.get
+    for choice in ("searxng", "brave", "tavily", "exa"):  # each choice the flag offers is the one used
+        s = flags_ctx(tmp_path, f"--web_search_backend={choice}", f"--web_searxng_url={searx.base_url}").settings.web
+        assert chosen_search(s, keys)[0] == choice
+    for choice in ("builtin", "firecrawl", "tavily", "exa"):
+        assert chosen_extract(flags_ctx(tmp_path, f"--web_extract_backend={choice}").settings.web, keys)[0] == choice
+    # a value no field takes is refused before anything runs, naming the flag as typed
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "x"}])
+    refused = subprocess.run([sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=1",
+                              "--run_name=bad-flags", "--engine=direct", "--web_search_backend=google",
+                              "--sandbox_memory=lots"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "--web_search_backend: Input should be 'auto', 'searxng'" in refused.stderr
+    assert "--sandbox_memory: String should match" in refused.stderr
+    assert not (tmp_path / "data" / "bad-flags").exists()
