@@ -555,3 +555,30 @@ def test_settings_come_from_the_environment_over_the_config_file(tmp_path, monke
     assert s.cors_origins == ["http://a.example", "http://b.example"]
     assert (s.upstream_model, s.upstream_base_url) == ("upstream-from-file", "http://127.0.0.1:1/v1")
     assert ApiSettings.load(config, port=1234).port == 1234
+
+
+def test_idle_connections_are_kept_api_server_keep_alive_seconds_and_longer_than_retry_after(mock, tmp_path, monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.setenv("API_SERVER_KEEP_ALIVE", "7")
+    kept = settings(mock, tmp_path, retry_after=1)
+    assert kept.keep_alive == 7 and kept.keep_alive_seconds() == 7
+    assert settings(mock, tmp_path, retry_after=5, keep_alive=1).keep_alive_seconds() == 10  # Retry-After + 5
+
+    def health(sock: socket.socket) -> bytes:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while b'"ok"' not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, f"the server closed the connection: {answer!r}"
+            answer += chunk
+        return answer
+
+    with ServerThread(create_app(kept)) as srv, socket.create_connection(("127.0.0.1", srv.port), timeout=60) as sock:
+        assert health(sock).startswith(b"HTTP/1.1 200")
+        time.sleep(3)  # idle, well inside the 7 s: what is tested is that the connection outlives it
+        assert health(sock).startswith(b"HTTP/1.1 200")
+        idle_since = time.monotonic()
+        assert sock.recv(4096) == b""  # then the server closes it, not before the keep-alive has passed
+        assert time.monotonic() - idle_since >= 6
