@@ -64,6 +64,10 @@ class Trap:
             conn.close()
 
 
+#: the name the site's download asks to be saved as: found nowhere on the host afterwards
+DOWNLOAD = f"hermes-download-{uuid.uuid4().hex[:10]}.exe"
+
+
 def page(title: str, body: str) -> bytes:
     return f"<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>".encode()
 
@@ -116,6 +120,16 @@ class Site(BaseHTTPRequestHandler):
                                          "<script>const v = localStorage.getItem('visitor');"
                                          "document.getElementById('ls').textContent = v ? 'storage saw ' + v : 'storage empty';"
                                          f"if (!v) localStorage.setItem('visitor', 'ls-{cookie}');</script>"), headers=headers)
+        elif path == "/get":
+            self._send(page("Files", f"<h1>Files</h1><a href=/file download>Get the file</a>"))
+        elif path == "/file":
+            body = b"MZ downloaded payload"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Disposition", f"attachment; filename={DOWNLOAD}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif path == "/second":
             self._send(page("Second", "<h1>Second page reached</h1>"))
         elif path == "/hang":
@@ -423,3 +437,42 @@ def test_live_contexts_are_capped_per_process(site):
     finally:
         second.close()
         shared.close()
+
+
+def test_chromium_runs_as_browser_user_and_a_download_lands_nowhere(site, tmp_path):
+    import pwd
+
+    shared = SharedResources()  # a browser of its own: the module's was launched with the default user
+    ctx = ToolContext(settings=toolset_settings_model()(browser=BrowserSettings(user="nobody")),
+                      net=NetPolicy.from_hosts(["127.0.0.1"]), shared=shared)
+    try:
+        nav = call(ctx, "browser_navigate", url=site.base + "/get")
+        assert nav["success"], nav
+        chromium = shared.peek("browser").local.proc.pid
+        nobody = pwd.getpwnam("nobody").pw_uid
+        uids = {int(u) for u in Path(f"/proc/{chromium}/status").read_text().split("Uid:")[1].split("\n")[0].split()}
+        assert uids == {nobody}, uids  # real, effective, saved and filesystem uid: nobody, never root
+        link = next(line for line in nav["snapshot"].splitlines() if "Get the file" in line).split("[ref=")[1].rstrip("]: ")
+        clicked = call(ctx, "browser_click", ref=link)
+        assert "error" not in clicked or "download" in str(clicked).lower(), clicked
+        profile = shared.peek("browser").local.profile
+    finally:
+        ctx.close()
+        shared.close()
+    # whatever the site asked, nothing was saved: not in the browser's profile, homes or temporary folders.
+    # Two things see to it (the context's accept_downloads=False, and a browser user who cannot
+    # write where Playwright would put a download): this sees the outcome, not which of them held.
+    places = [profile, Path("/tmp"), Path("/var/tmp"), Path("/root"), Path(pwd.getpwnam("nobody").pw_dir),
+              Path(pwd.getpwnam("hermes-browser").pw_dir) if _has_user("hermes-browser") else Path("/nonexistent")]
+    found = [str(p) for place in places if place.exists() for p in place.rglob(DOWNLOAD)]
+    assert found == []
+
+
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
