@@ -62,3 +62,15 @@ def in_sandbox(fn):
     run.__name__ = getattr(fn, "__name__", "run")
     run.__wrapped__ = fn
     return run
+
+
+def cd_prefix(workdir: str | None) -> str:
+    """A first script line that enters `workdir`, or reports (behind MARK) that it cannot."""
+    if workdir is None or workdir == "":
+        return ""
+    return f"cd -- {q(workdir)} 2>/dev/null || {{ echo '{MARK} nocd'; exit 1; }}\n"
+
+
+def nocd(output: str) -> bool:
+    first = output.lstrip().split("\n", 1)[0]
+    return first.strip() == f"{MARK} nocd"

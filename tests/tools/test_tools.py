@@ -14,7 +14,7 @@ from hermes.sandbox import open_sandbox
 from hermes.sandbox.base import SandboxSettings, SandboxSpec
 from hermes.sandbox.local import LocalSandbox
 from hermes.tools import TOOLS, TOOLSETS, Tool, openai_schemas, run_tool, tools_for
-from hermes.tools.terminal import stop_background_processes
+from hermes.tools.processes import stop_background_processes
 from tests.helpers import until
 
 
