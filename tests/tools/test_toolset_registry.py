@@ -177,19 +177,41 @@ def test_at_most_four_tool_calls_of_one_turn_run_at_once(tmp_path, mock_llm):
     assert max(running) == 4, running
 
 
-def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_harness, monkeypatch):
-    """A deployment names the Secret block holding a toolset's key; the key reaches the toolsets'
-    environment in the flow-run process and is never a flow parameter Prefect stores."""
+def test_toolset_keys_come_from_prefect_secret_blocks_not_parameters(prefect_harness, monkeypatch, tmp_path, mock_llm):
+    """A deployment names the Secret block holding a toolset's key; the key reaches the toolset's
+    backend from a flow run and is never a flow parameter Prefect stores."""
+    from prefect import get_client
     from prefect.blocks.system import Secret
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     from flows.batch import batch_run
-    from tasks.run import load_tool_secrets  # the flow's process and each Dask worker call it
+    from hermes.settings import RunSettings
+    from tests.helpers import unique_run
+    from tests.tools.test_web_tools import Provider
 
     Secret(value="tv-123-secret").save("tavily-key-test", overwrite=True)
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    tavily = Provider({("POST", "/search"): lambda r: (200, {"query": r["json"]["query"], "results": [
+        {"title": "Axolotl facts", "url": "https://a.example/facts", "content": "Axolotls are neotenic."}]})})
+    rows = [{"prompt": "look it up " + script(
+        {"reasoning": "Search.", "tool_calls": [{"name": "web_search", "arguments": {"query": "axolotl"}}]},
+        {"reasoning": "Done.", "content": "Found."})}]
+    name = unique_run("secret-block")
+    settings = RunSettings(dataset_file=str(write_dataset(tmp_path / "d.jsonl", rows)), run_name=name,
+                           output_dir=str(tmp_path / "data"), base_url=mock_llm.base_url, model="mock-model",
+                           batch_size=1, distribution="minimal", web_allow_hosts="127.0.0.1",
+                           tools={"web": {"search_backend": "tavily", "extract_backend": "none",
+                                          "tavily_base_url": tavily.url}})
     try:
-        load_tool_secrets({"TAVILY_API_KEY": "tavily-key-test"})
-        assert os.environ["TAVILY_API_KEY"] == "tv-123-secret"
+        stats = batch_run(settings=settings, tool_secrets={"TAVILY_API_KEY": "tavily-key-test"})
     finally:  # not monkeypatch: it would put the loaded key back at teardown, for every later test
         os.environ.pop("TAVILY_API_KEY", None)
-    assert "tool_secrets" in batch_run.parameters.model_dump()["properties"]  # a form field naming blocks
+        tavily.close()
+    assert stats["trajectories_written"] == 1
+    (entry,) = read_jsonl(tmp_path / "data" / name / "trajectories.jsonl")
+    assert tool_responses(entry)[0]["content"]["success"] is True
+    assert [r["headers"]["Authorization"] for r in tavily.requests] == ["Bearer tv-123-secret"]
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"batch-{name}"])))
+    stored = json.dumps(run.parameters)
+    assert "tavily-key-test" in stored and "tv-123-secret" not in stored  # the block's name, never its value
