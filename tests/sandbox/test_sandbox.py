@@ -519,7 +519,20 @@ def test_host_side_bound_when_the_timer_fails(sb, monkeypatch):
     assert "sleep 77" not in sb.exec("ps -o args | grep -v grep").output  # killed from the host
 
 
+@docker_test
+def test_the_real_engines_limits_are_read_as_it_reports_them(docker_engine):
+    from hermes.sandbox.docker import engine as backend
+
+    info = docker_engine.info()
+    expected = sorted(flag for flag in ("MemoryLimit", "SwapLimit", "CpuCfsQuota", "PidsLimit") if info.get(flag) is False)
+    problems = backend.engine_problems(docker_engine)
+    assert sorted(flag for flag in ("MemoryLimit", "SwapLimit", "CpuCfsQuota", "PidsLimit")
+                  if any(f"{flag}=false" in p for p in problems)) == expected
+    assert len([p for p in problems if p.startswith("engine warning:")]) == len(info.get("Warnings") or [])
+
+
 def test_engine_limits_that_cannot_apply_are_logged(caplog):
+    """The path the engine above cannot show (every limit applies on it): an engine that lacks some."""
     from hermes.sandbox.docker import engine as backend
 
     class FakeAPI:
