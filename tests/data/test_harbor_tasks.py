@@ -12,7 +12,11 @@ from hermes.sandbox.base import DEFAULT_IMAGE, SandboxSettings
 from hermes.sandbox.docker import build
 from hermes.settings import RunSettings
 from tests.conftest import containers_of
-from tests.helpers import read_jsonl, script, tool_responses
+from tests.helpers import unique_run, read_jsonl, script, tool_responses
+
+ORACLE = unique_run("oracle")  # its containers' label (verify-<run>): unique on a shared engine
+VNET = unique_run("vnet")  # its containers' label: unique on a shared engine
+NOVNET = unique_run("novnet")  # its containers' label: unique on a shared engine
 
 TOML = """version = "1.0"
 [metadata]
@@ -118,11 +122,11 @@ def test_verify_runs_the_solutions_and_names_the_task_whose_solution_fails(tmp_p
     root = tmp_path / "tasks"
     task(root, "good", "Write ok.", TXT_TEST, solve="echo ok > /app/out.txt\n")
     task(root, "bad", "Write ok.", TXT_TEST, solve="echo not-ok > /app/out.txt\n")
-    results, problems = verify(RunSettings(dataset_file=str(root), batch_size=1, run_name="oracle",
+    results, problems = verify(RunSettings(dataset_file=str(root), batch_size=1, run_name=ORACLE,
                                            sandbox=SandboxSettings(image=DEFAULT_IMAGE)))
     assert problems == []
     assert {r.task: r.passed for r in results} == {"good": True, "bad": False}
-    assert containers_of(docker_engine, "verify-oracle") == []
+    assert containers_of(docker_engine, f"verify-{ORACLE}") == []
 
 
 def test_a_task_is_keyed_by_its_content_not_its_name(tmp_path):
@@ -171,15 +175,15 @@ def test_verifier_network_reaches_the_verifier_and_never_the_agents_commands(tmp
                 "grep -qx pong /tmp/got.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
         task(root, "needs-net", "Fetch. " + script(*shell(agent), DONE), test)
 
-        direct.run(settings(tmp_path, root, "vnet", mock_llm.base_url, verifier_network=True))
-        (on,) = entries(tmp_path, "vnet")
+        direct.run(settings(tmp_path, root, VNET, mock_llm.base_url, verifier_network=True))
+        (on,) = entries(tmp_path, VNET)
         said = tool_responses(on)[0]["content"]["output"]
         assert "Network is unreachable" in said and "agent-exit=1" in said, said
         assert on["reward"]["passed"] is True, on["reward"]
         assert hits == ["/verifier"]  # the verifier reached it; neither the agent nor what it left behind did
 
-        direct.run(settings(tmp_path, root, "novnet", mock_llm.base_url))
-        (off,) = entries(tmp_path, "novnet")
+        direct.run(settings(tmp_path, root, NOVNET, mock_llm.base_url))
+        (off,) = entries(tmp_path, NOVNET)
         assert off["reward"]["passed"] is False
         assert "needs the network" in off["reward"]["reason"] and "--verifier_network" in off["reward"]["reason"]
         assert hits == ["/verifier"]
@@ -187,5 +191,5 @@ def test_verifier_network_reaches_the_verifier_and_never_the_agents_commands(tmp
         server.server_close()
     finally:
         net.remove()
-    assert containers_of(docker_engine, "vnet") == [] and containers_of(docker_engine, "novnet") == []
+    assert containers_of(docker_engine, VNET) == [] and containers_of(docker_engine, NOVNET) == []
     assert docker_engine.images.list(name="hermes-verifier") == []

@@ -26,7 +26,10 @@ from hermes.settings import RunSettings
 from hermes.run.status import format_status, run_status
 from mockllm import MockLLM
 from tests.conftest import containers_of
-from tests.helpers import read_jsonl, script, tool_responses, write_dataset
+from tests.helpers import unique_run, read_jsonl, script, tool_responses, write_dataset
+
+SPREAD = unique_run("spread")  # its containers' label: unique on a shared engine
+KILLED = unique_run("killed")  # its containers' label: unique on a shared engine
 
 distributed = pytest.importorskip("distributed")
 
@@ -80,12 +83,12 @@ def test_a_run_spreads_over_the_workers_and_holds_each_prompt_once(tmp_path, clu
     with MockLLM(latency=0.15) as server:
         # terminal_only: every worker opens its machine's Docker backend; prefetch off, so only the
         # prompt that calls the terminal makes a container.
-        settings = settings_for(tmp_path, dataset, "spread", server, cluster.scheduler_address,
+        settings = settings_for(tmp_path, dataset, SPREAD, server, cluster.scheduler_address,
                                 distribution="terminal_only", sandbox=SandboxSettings(prefetch=False))
         stats = batch_run(settings=settings)
         in_flight_peak = server.stats()["max_in_flight"]
 
-    run_dir = tmp_path / "data" / "spread"
+    run_dir = tmp_path / "data" / SPREAD
     lines = journal_lines(run_dir)
     workers = {e["hermes"]["worker"] for e in lines}
     assert len(workers) >= 2, f"every prompt ran in one process: {workers}"
@@ -97,11 +100,11 @@ def test_a_run_spreads_over_the_workers_and_holds_each_prompt_once(tmp_path, clu
     assert "from-42" in json.dumps(tool_responses(boxed))
     # --num_workers is per Dask worker process: 2 workers x 2 prompts, though each worker runs 2 batches at once.
     assert in_flight_peak <= 2 * 2
-    assert not containers_of(docker_engine, "spread")
+    assert not containers_of(docker_engine, SPREAD)
     assert run_status(run_dir)["containers_maybe_left"] == []
     # Progress, counted from the journal as the workers write it: the terminal line and the UI's artifact.
     assert "30/30 prompts (100%)" in capfd.readouterr().err
-    assert progress_artifact("spread") == 100.0
+    assert progress_artifact(SPREAD) == 100.0
 
 
 def progress_artifact(run_name: str) -> float:
@@ -122,14 +125,14 @@ def test_a_killed_worker_s_batch_reruns_elsewhere_without_its_finished_prompts(t
 
     prompts = [tool_free(i) for i in range(36)]
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-    run_dir = tmp_path / "data" / "killed"
+    run_dir = tmp_path / "data" / KILLED
     address = cluster.scheduler_address
     pids = set(worker_pids(address).values())
     outcome: dict = {}
 
     with MockLLM(latency=0.25) as server:
         # No containers here (the local backend): the fault is the point.
-        settings = settings_for(tmp_path, dataset, "killed", server, address, distribution="terminal_only",
+        settings = settings_for(tmp_path, dataset, KILLED, server, address, distribution="terminal_only",
                                 sandbox=SandboxSettings(backend="local"), batch_size=6)
         runner = threading.Thread(target=lambda: outcome.update(stats=batch_run(settings=settings)), daemon=True)
         runner.start()

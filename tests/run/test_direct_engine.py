@@ -14,6 +14,9 @@ from hermes.settings import RunSettings
 from tests.conftest import containers_of
 from tests.helpers import read_jsonl, script, tool_responses, unique_run, until, write_dataset
 
+DIRECT = unique_run("direct")  # its containers' label: unique on a shared engine
+MIXED = unique_run("mixed-engines")  # its containers' label: unique on a shared engine
+
 ROOT = Path(__file__).resolve().parents[2]
 INTERRUPTED = unique_run("interrupted")  # its containers' label (test_local_server has an "interrupted" run too)
 
@@ -39,7 +42,7 @@ def test_direct_run_writes_what_a_prefect_run_writes_and_never_loads_prefect(tmp
         {"reasoning": "Done.", "content": "Finished."}), "cwd": "/workspace/project"})
     dataset = write_dataset(tmp_path / "prompts.jsonl", rows)
 
-    done = cli(tmp_path, dataset, "direct", mock_llm.base_url, "--engine=direct", importtime=True)
+    done = cli(tmp_path, dataset, DIRECT, mock_llm.base_url, "--engine=direct", importtime=True)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = imported_modules(done.stderr)
     assert {"hermes.run.direct", "hermes.run.orchestration", "docker"} <= loaded  # the one orchestration, no Prefect
@@ -47,7 +50,7 @@ def test_direct_run_writes_what_a_prefect_run_writes_and_never_loads_prefect(tmp
     # nothing streamed, no image looked at or drawn: the openai SDK (0.7 s of a start) stays unloaded
     assert "openai" not in loaded, "a run with no stream, vision or image call loaded the openai SDK"
 
-    out = tmp_path / "data" / "direct"
+    out = tmp_path / "data" / DIRECT
     assert {"trajectories.jsonl", "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json",
             "statistics.json"} <= {p.name for p in out.iterdir()}
     entries = read_jsonl(out / "trajectories.jsonl")
@@ -60,8 +63,8 @@ def test_direct_run_writes_what_a_prefect_run_writes_and_never_loads_prefect(tmp
     assert stats["trajectories_written"] == 6 and stats["total_batches"] == 3
     assert json.loads((out / "checkpoint.json").read_text())["completed_prompts"] == list(range(6))
     assert "6/6 prompts (100%)" in done.stderr  # the progress line
-    assert str(Path("data") / "direct" / "trajectories.jsonl") in done.stdout
-    assert containers_of(docker_engine, "direct") == []
+    assert str(Path("data") / DIRECT / "trajectories.jsonl") in done.stdout
+    assert containers_of(docker_engine, DIRECT) == []
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -69,13 +72,13 @@ def test_a_direct_run_resumes_as_a_prefect_flow_and_back(tmp_path, mock_llm, san
     from flows.batch import batch_run
 
     dataset = write_dataset(tmp_path / "prompts.jsonl", [{"prompt": f"Prompt {i}"} for i in range(7)])
-    first = cli(tmp_path, dataset, "mixed-engines", mock_llm.base_url, "--max_samples=3",
+    first = cli(tmp_path, dataset, MIXED, mock_llm.base_url, "--max_samples=3",
                 env={"HERMES_ENGINE": "direct"})
     assert first.returncode == 0, first.stderr[-3000:]
     assert "Beginning flow run" not in first.stderr + first.stdout  # HERMES_ENGINE chose the engine
 
     mock_llm.reset()
-    settings = RunSettings(dataset_file=str(dataset), run_name="mixed-engines", output_dir=str(tmp_path / "data"),
+    settings = RunSettings(dataset_file=str(dataset), run_name=MIXED, output_dir=str(tmp_path / "data"),
                            base_url=mock_llm.base_url, model="mock-model", batch_size=2, num_workers=3,
                            max_samples=5, resume=True)
     stats = batch_run(settings=settings)
@@ -83,12 +86,12 @@ def test_a_direct_run_resumes_as_a_prefect_flow_and_back(tmp_path, mock_llm, san
     assert mock_llm.stats()["requests"] == 2 * 3  # only the two new prompts ran (3 model calls each)
 
     mock_llm.reset()
-    last = cli(tmp_path, dataset, "mixed-engines", mock_llm.base_url, "--engine", "direct", "--resume")
+    last = cli(tmp_path, dataset, MIXED, mock_llm.base_url, "--engine", "direct", "--resume")
     assert last.returncode == 0, last.stderr[-3000:]
     assert mock_llm.stats()["requests"] == 2 * 3
-    entries = read_jsonl(tmp_path / "data" / "mixed-engines" / "trajectories.jsonl")
+    entries = read_jsonl(tmp_path / "data" / MIXED / "trajectories.jsonl")
     assert sorted(e["prompt_index"] for e in entries) == list(range(7))  # each prompt exactly once
-    assert containers_of(docker_engine, "mixed-engines") == []
+    assert containers_of(docker_engine, MIXED) == []
 
 
 def test_direct_run_with_too_many_failures_exits_1_and_keeps_the_outputs(tmp_path, mock_llm):

@@ -17,7 +17,10 @@ import pytest
 from hermes.data import distributions
 from hermes.tools import TOOLS, ToolContext, needs_sandbox, openai_schemas, run_tool, tools_for
 from hermes.tools.registry import RegistryError, Tool, Toolset, register, unregister
-from tests.helpers import read_jsonl, script, tool_responses, write_dataset
+from tests.helpers import unique_run, read_jsonl, script, tool_responses, write_dataset
+
+ECHO_RUN = unique_run("echo-run")  # its containers' label: unique on a shared engine
+TERM_RUN = unique_run("term-run")  # its containers' label: unique on a shared engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,11 +105,11 @@ def test_an_example_toolset_runs_end_to_end_with_its_settings_and_no_container(t
         {"reasoning": "Echo it.", "tool_calls": [_echo_call("echo", f"hello {i}")]},
         {"reasoning": "Done.", "content": "Echoed."})} for i in range(4)]
     t0 = time.time()
-    done = run_cli(tmp_path, rows, "echo-run", mock_llm.base_url, "--distribution=echo_only", "--echo_prefix=>> ")
+    done = run_cli(tmp_path, rows, ECHO_RUN, mock_llm.base_url, "--distribution=echo_only", "--echo_prefix=>> ")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert containers_created(docker_engine, "echo-run", t0) == 0
+    assert containers_created(docker_engine, ECHO_RUN, t0) == 0
 
-    out = tmp_path / "data" / "echo-run"
+    out = tmp_path / "data" / ECHO_RUN
     entries = read_jsonl(out / "trajectories.jsonl")
     assert len(entries) == 4
     for entry in entries:
@@ -124,9 +127,9 @@ def test_an_example_toolset_runs_end_to_end_with_its_settings_and_no_container(t
         {"reasoning": "Look.", "tool_calls": [{"name": "terminal", "arguments": {"command": "echo in-box"}}]},
         {"reasoning": "Done.", "content": "Seen."})} for i in range(2)]
     t0 = time.time()
-    done = run_cli(tmp_path, rows, "term-run", mock_llm.base_url, "--distribution=terminal_only")
+    done = run_cli(tmp_path, rows, TERM_RUN, mock_llm.base_url, "--distribution=terminal_only")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert containers_created(docker_engine, "term-run", t0) >= 2  # one per prompt (plus the limit probe)
+    assert containers_created(docker_engine, TERM_RUN, t0) >= 2  # one per prompt (plus the limit probe)
 
 
 def test_an_unavailable_toolset_is_left_out_loudly(tmp_path, mock_llm):
