@@ -170,3 +170,39 @@ def test_a_server_recorded_before_its_ui_knew_its_port_is_replaced(home, tmp_pat
     with pytest.raises(ProcessLookupError):
         os.kill(state.pid, signal.SIGCONT)  # the old one is gone, not left holding its port
     assert json.loads((home / local_server.STATE_FILE).read_text())["ui_api_url"] == fresh.api_url
+
+
+def test_dask_address_on_the_command_line_runs_batches_on_the_clusters_workers_in_docker(tmp_path, home, llm,
+                                                                                        docker_engine):
+    """`hermes-batch run --dask_address ...` as typed: batches are task runs on the background server,
+    each prompt's container made by a worker process of the cluster, none left after the run."""
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    name = unique_run("dask-cli")
+    rows = [{"prompt": f"boxed {i} " + script(
+        {"reasoning": "look", "tool_calls": [{"name": "terminal", "arguments": {"command": f"echo in-box-{i}"}}]},
+        {"reasoning": "done", "content": "ok"})} for i in range(6)]
+    dataset = write_dataset(tmp_path / "dask.jsonl", rows)
+    since = time.time()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                                  worker_dashboard_address=None) as cluster, \
+            distributed.Client(cluster.scheduler_address, timeout=30) as client:
+        workers = set(client.run(os.getpid).values())
+        done = hermes_batch(tmp_path, home, "run", f"--dataset_file={dataset}", "--batch_size=2", f"--run_name={name}",
+                            f"--base_url={llm.base_url}", "--model=mock-model", "--api_key=k", "--num_workers=4",
+                            "--distribution=terminal_only", f"--dask_address={cluster.scheduler_address}")
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    (ui,) = UI_LINE.findall(done.stdout)
+    tasks = task_runs_of(ui, flow_run_of(ui, name)["id"])
+    assert sorted(n for n in tasks if n.startswith("batch-")) == ["batch-0", "batch-1", "batch-2"]
+    trajectories = [json.loads(line) for line in (tmp_path / "data" / name / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajectories) == 6
+    outputs = {json.dumps(t["conversations"]) for t in trajectories}
+    assert all(any(f"in-box-{i}" in o for o in outputs) for i in range(6))
+    # who made each container: the engine's own record of it (its create event's owner label)
+    created = docker_engine.api.events(since=int(since) - 1, until=int(time.time()) + 1, decode=True, filters={
+        "type": "container", "event": "create", "label": f"hermes-batch.run={name}"})
+    owners = {int(e["Actor"]["Attributes"]["hermes-batch.owner"].rpartition(":")[2]) for e in created}
+    assert owners and owners <= workers, (owners, workers)  # the workers' processes, not the flow's
+    assert docker_engine.containers.list(all=True, filters={"label": f"hermes-batch.run={name}"}) == []
