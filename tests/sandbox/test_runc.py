@@ -76,7 +76,7 @@ def test_a_concurrent_call_gets_an_exec_of_its_own(sb):
     results["quick"] = sb.exec("echo quick")
     sb.write_file("side.txt", b"beside")
     slow.join(60)
-    assert results["quick"].output == "quick\n" and results["slow"].output == "slow\n"
+    assert results["quick"].output == "quick\n" and results["slow"].output == "slow\n", results
     assert sb.read_file("side.txt") == b"beside"
 
 
@@ -187,3 +187,25 @@ def test_the_image_root_is_unpacked_once_and_shared_read_only(backend, sandbox_i
     root = image_root(sandbox_image, backend.settings)
     assert (root.rootfs / "bin").exists() and root.id.startswith("sha256:")
     assert str(root.rootfs).startswith(str(Path("/var/cache/hermes-runc"))) or os.environ.get("HERMES_RUNC_CACHE")
+
+
+def test_output_still_in_the_pipe_when_stderr_ends_is_read():
+    """A plain exec's wrapper writes its end marker on stdout, then exits, closing stderr: the
+    reader may see stderr's end first, with the marker still unread (under load it did, and a
+    command's output came back empty)."""
+    import os
+    import time
+
+    from hermes.sandbox.runc.pipes import PipeFrames
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    frames = PipeFrames(out_r, err_r)
+    os.close(err_w)  # stderr ends first, then stdout's data arrives: the order the reader sees them in
+    os.write(out_w, b"quick\n\nNONCE 0 0\n")
+    got = []
+    while (frame := frames.next(time.monotonic() + 10)) is not None:
+        got.append(frame)
+    frames.close()
+    os.close(out_w)
+    assert got == [(1, b"quick\n\nNONCE 0 0\n")]

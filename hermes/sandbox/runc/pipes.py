@@ -19,18 +19,38 @@ from hermes.sandbox.docker.channel import WATCH_SECONDS
 from hermes.sandbox.docker.link import ChannelLink
 
 
+#: most bytes read from a stream after the other ended (a pipe holds 64 KiB; a job of the
+#: command's that keeps writing must not hold the reader)
+DRAIN_BYTES = 1 << 20
+
+
 class PipeFrames:
-    """stdout and stderr of a process as frames; None once either ends (the process is gone)."""
+    """stdout and stderr of a process as frames; None once either ends (the process is gone),
+    after what the other already holds: a plain exec's wrapper writes its end marker on stdout,
+    then exits, closing stderr; that end can be seen first, with the marker still unread."""
 
     def __init__(self, out_fd: int, err_fd: int, alive: Callable[[], bool] | None = None):
         self.alive = alive or (lambda: True)
         self._sel = selectors.DefaultSelector()
-        for fd, stream in ((out_fd, 1), (err_fd, 2)):
+        self._fds = {out_fd: 1, err_fd: 2}
+        for fd, stream in self._fds.items():
             os.set_blocking(fd, False)
             self._sel.register(fd, selectors.EVENT_READ, stream)
         self._ended = False
+        self._draining: list[int] = []  # once one stream ended: the others, read until empty
+        self._drain_left = DRAIN_BYTES
 
     def next(self, deadline: float) -> tuple[int, bytes] | None:
+        while self._draining:
+            fd = self._draining[0]
+            try:
+                data = os.read(fd, 65536) if self._drain_left > 0 else b""
+            except (BlockingIOError, OSError):
+                data = b""
+            if data:
+                self._drain_left -= len(data)  # what a background job writes on is not waited for
+                return self._fds[fd], data
+            self._draining.pop(0)
         while not self._ended:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -44,12 +64,14 @@ class PipeFrames:
                     continue
                 if not data:
                     self._ended = True
-                    return None
+                    self._draining = [fd for fd in self._fds if fd != key.fd]
+                    return self.next(deadline)
                 return key.data, data
         return None
 
     def close(self) -> None:
         self._ended = True
+        self._draining = []
         self._sel.close()
 
 
