@@ -19,6 +19,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from prefect import tags
 from prefect.client.schemas.objects import State
 from prefect.futures import as_completed
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
@@ -69,6 +70,12 @@ class PrefectSteps(orchestration.Steps):
     def _tags(settings: RunSettings) -> list[str]:
         return ["hermes-batch", f"run:{settings.run_name}"]
 
+    @staticmethod
+    def _batch_tags(batch: Batch) -> list[str]:
+        """What a batch's task run shows while it runs: its prompts' count (task runs keep no
+        parameter values, and the state's message comes only at its end)."""
+        return [f"prompts:{batch.size}"]
+
     def progress(self, run_name: str, total: int) -> Callable[[dict[str, Any]], None]:
         self._progress = RunProgress(run_name, total, self.link)
         return self._progress.prompt_done
@@ -89,9 +96,10 @@ class PrefectSteps(orchestration.Steps):
                     if self.link.lost:  # Prefect's API is gone: the batch runs without a task run
                         return plain(batch, ctx)
                     # quoted: Prefect walks no row of the batch, nor the run's context, looking for futures
-                    return pool.submit(batch_task, {"num": batch.num, "prompts": batch.size,
-                                                    "batch": quote(batch), "ctx": quote(ctx)},
-                                       wait_for=self._after_plan())
+                    with tags(*self._batch_tags(batch)):
+                        return pool.submit(batch_task, {"num": batch.num, "prompts": batch.size,
+                                                        "batch": quote(batch), "ctx": quote(ctx)},
+                                           wait_for=self._after_plan())
                 yield here
             return
         order = remote.order_once()
@@ -100,10 +108,11 @@ class PrefectSteps(orchestration.Steps):
             def on_worker(batch: Batch, ctx) -> Any:
                 # Plain data crosses to the worker, the same order for every batch of the run
                 # (not quoted: the Dask runner's walk over the parameters turns a quote into a tuple).
-                return pool.submit(worker_task, {"batch": batch, "order": order(ctx),
-                                                 "api_key_secret": self.api_key_secret,
-                                                 "tool_secrets": self.tool_secrets},
-                                   wait_for=self._after_plan())
+                with tags(*self._batch_tags(batch)):
+                    return pool.submit(worker_task, {"batch": batch, "order": order(ctx),
+                                                     "api_key_secret": self.api_key_secret,
+                                                     "tool_secrets": self.tool_secrets},
+                                       wait_for=self._after_plan())
             yield on_worker
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:

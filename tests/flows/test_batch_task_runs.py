@@ -21,7 +21,7 @@ import pytest
 from flows import local_server
 from hermes.settings import API_KEY_ENV_VARS
 from mockllm import MockLLM
-from tests.helpers import script, unique_run, write_dataset
+from tests.helpers import script, unique_run, until, write_dataset
 from tests.prefect_server import migrated_database
 
 pytestmark = [pytest.mark.prefect, pytest.mark.docker]
@@ -71,8 +71,15 @@ def flow_run_of(ui: str, name: str) -> dict:
 
 
 def task_runs_of(ui: str, flow_run_id: str) -> dict[str, dict]:
-    found = httpx.post(f"{ui}/api/task_runs/filter",
-                       json={"task_runs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200}).json()
+    """The flow run's task runs by name, once the server has recorded each one's final state (it
+    records them from the run's events in the background, a flush a second)."""
+    def read() -> list[dict]:
+        return httpx.post(f"{ui}/api/task_runs/filter",
+                          json={"task_runs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200}).json()
+
+    final = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+    found = until(lambda: (runs := read()) and all(t["state"]["type"] in final for t in runs) and runs,
+                  "every task run's final state to be recorded", 60)
     by_name = {t["name"]: t for t in found}
     assert len(by_name) == len(found), [t["name"] for t in found]  # every task run named once
     return by_name
@@ -116,7 +123,7 @@ def test_a_default_path_run_is_one_task_run_per_batch_in_the_ui_it_prints(tmp_pa
     batches = {n: t for n, t in tasks.items() if n.startswith("batch-")}
     assert sorted(batches) == [f"batch-{i}" for i in range(6)]
     for n, t in batches.items():
-        assert {"hermes-batch", f"run:{name}"} <= set(t["tags"]), t["tags"]
+        assert {"hermes-batch", f"run:{name}", "prompts:4"} <= set(t["tags"]), t["tags"]
         if n != "batch-5":
             assert t["state"]["type"] == "COMPLETED", t["state"]
             assert t["state"]["message"] == f"batch {n[6:]}: 4 prompt(s), 4 completed"
@@ -196,6 +203,7 @@ def test_dask_address_on_the_command_line_runs_batches_on_the_clusters_workers_i
     (ui,) = UI_LINE.findall(done.stdout)
     tasks = task_runs_of(ui, flow_run_of(ui, name)["id"])
     assert sorted(n for n in tasks if n.startswith("batch-")) == ["batch-0", "batch-1", "batch-2"]
+    assert all("prompts:2" in t["tags"] for n, t in tasks.items() if n.startswith("batch-"))
     trajectories = [json.loads(line) for line in (tmp_path / "data" / name / "trajectories.jsonl").read_text().splitlines()]
     assert len(trajectories) == 6
     outputs = {json.dumps(t["conversations"]) for t in trajectories}
