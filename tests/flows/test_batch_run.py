@@ -200,3 +200,35 @@ def test_inline_batches_run_without_a_task_run_each(tmp_path, run_settings, mock
 
     until(lambda: "publish-report" in names() and "merge-run" in names(), "the run's task runs to be recorded", 60)
     assert names() == ["merge-run", "plan-run", "publish-report"]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_concurrency_limit_on_the_runs_tag_holds_its_batches_to_it(tmp_path, run_settings, mock_llm):
+    """README: `prefect concurrency-limit create run:<run_name> 1` lets one batch of that run run at
+    a time (the others wait for the slot); --num_workers alone would run them together."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    from flows.batch import batch_run
+
+    name = unique_run("limited")
+    rows = [{"prompt": f"slow {i} " + script({"sleep": 1.0, "reasoning": "r", "content": "ok"})} for i in range(6)]
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), name, batch_size=2, num_workers=6)
+    with get_client(sync_client=True) as client:
+        client.create_concurrency_limit(tag=f"run:{name}", concurrency_limit=1)
+    try:
+        assert batch_run(settings=settings)["trajectories_written"] == 6
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_concurrency_limit_by_tag(f"run:{name}")
+
+    def batches() -> list:
+        with get_client(sync_client=True) as client:
+            (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"batch-{name}"])))
+            found = client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))
+        return [t for t in found if t.name.startswith("batch-") and t.end_time is not None]
+
+    ran = sorted(until(lambda: len(b := batches()) == 3 and b, "the batches' task runs to be recorded", 60),
+                 key=lambda t: t.start_time)
+    for before, after in zip(ran, ran[1:]):  # one at a time: each started once the one before had ended
+        assert after.start_time >= before.end_time, [(t.name, t.start_time, t.end_time) for t in ran]
