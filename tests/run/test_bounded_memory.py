@@ -32,6 +32,7 @@ class Watched(orchestration.Steps):
             nonlocal seen
             seen += 1
             if seen % 20 == 0:
+                gc.collect()  # what is still referenced, not garbage the collector has yet to free
                 alive = gc.get_objects()
                 self.rows_alive.append(sum(isinstance(o, Row) for o in alive))
                 self.batches_alive.append(sum(isinstance(o, Batch) for o in alive))
