@@ -518,9 +518,14 @@ def test_a_run_whose_process_dies_is_crashed_and_retry_resumes_it(stack, tmp_pat
     assert done_before >= 3 and len(_journal(out)) == len(rows)  # what had finished did not run again
     assert containers_of(docker_engine, KILLED) == []
     # the retried flow run's batch task runs cover what was owed, and only that
-    with stack.client() as client:
-        after = [t for t in _batch_task_runs(client, run_id) if t.id not in before_retry]
-    assert after and all(t.state.type.value == "COMPLETED" for t in after), [(t.name, t.state) for t in after]
+    def after_retry() -> list:
+        with stack.client() as client:
+            return [t for t in _batch_task_runs(client, run_id) if t.id not in before_retry]
+
+    # the server records task runs' states from their events in the background: read once final
+    after = until(lambda: (found := after_retry()) and all(t.state.is_final() for t in found) and found,
+                  "the retried run's batch task runs to be recorded as final", 60)
+    assert all(t.state.type.value == "COMPLETED" for t in after), [(t.name, t.state) for t in after]
     sizes = [int(re.match(r"batch \d+: (\d+) prompt", t.state.message).group(1)) for t in after]
     assert sum(sizes) == len(rows) - done_before
 

@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 #: the default Debian image, reads it as an option and kills nothing; busybox's refuses "--")
 KILL = ["sh", "-c", 'kill -9 "$1"', "kill"]
 
+#: reads of the engine's events for a removed container's `die` (each waits up to 0.5 s)
+REMOVED_EVENT_TRIES = 4
 #: extra seconds the host waits beyond a command's own time limit before giving up on it
 HOST_GRACE = 5.0
 #: how long a command whose stream ended early waits for the engine to say whether its container died
@@ -236,16 +238,21 @@ class DockerSandbox(ChannelFiles):
         event's exit code, and whether the memory limit killed anything in it (an `oom` event,
         what the engine's OOMKilled flag is set from). The engine keeps its recent events."""
         state: dict[str, Any] = {"Status": "removed", "Running": False}
-        try:
-            for event in self.api.events(since=self._made_at, until=f"{time.time() + 0.5:.6f}",
-                                         filters={"container": self.container_id}, decode=True):
-                action = event.get("Action") or event.get("status")
-                if action == "oom":
-                    state["OOMKilled"] = True
-                elif action == "die":
-                    state["ExitCode"] = (event.get("Actor") or {}).get("Attributes", {}).get("exitCode")
-        except (DockerException, OSError):
-            pass  # the exit is still reported, without its cause
+        # A loaded engine can have removed the container before its `die` event is readable:
+        # asked again for a moment, rather than telling the model "exit code None".
+        for _ in range(REMOVED_EVENT_TRIES):
+            try:
+                for event in self.api.events(since=self._made_at, until=f"{time.time() + 0.5:.6f}",
+                                             filters={"container": self.container_id}, decode=True):
+                    action = event.get("Action") or event.get("status")
+                    if action == "oom":
+                        state["OOMKilled"] = True
+                    elif action == "die":
+                        state["ExitCode"] = (event.get("Actor") or {}).get("Attributes", {}).get("exitCode")
+            except (DockerException, OSError):
+                break  # the exit is still reported, without its cause
+            if state.get("ExitCode") is not None:
+                break
         return state
 
     def _kill(self, target: str) -> None:
