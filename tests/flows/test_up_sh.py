@@ -8,6 +8,7 @@ deployment's default parameters say.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -79,9 +80,14 @@ def test_up_sh_then_deployment_run_watch_in_a_second_shell(tmp_path, docker_engi
 
         runs = httpx.post(f"{api}/flow_runs/filter", json={"flow_runs": {"name": {"any_": ["batch-demo"]}}}).json()
         assert len(runs) == 1 and runs[0]["state"]["type"] == "COMPLETED"
-        tasks = httpx.post(f"{api}/task_runs/filter",
-                           json={"task_runs": {"flow_run_id": {"any_": [runs[0]["id"]]}}}).json()
-        assert sorted(t["name"] for t in tasks if t["name"].startswith("batch-")) == ["batch-0", "batch-1", "batch-2"]
+        def batches() -> list[str]:  # the server records task runs from their events, in the background
+            tasks = httpx.post(f"{api}/task_runs/filter",
+                               json={"task_runs": {"flow_run_id": {"any_": [runs[0]["id"]]}}}).json()
+            return sorted(t["name"] for t in tasks if t["name"].startswith("batch-"))
+
+        with contextlib.suppress(AssertionError):
+            until(lambda: len(batches()) >= 3, "the batches' task runs to be recorded", 60)
+        assert batches() == ["batch-0", "batch-1", "batch-2"]
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGINT)  # Ctrl-C: the script stops the worker and what it started
