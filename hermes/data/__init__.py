@@ -5,6 +5,7 @@
     distributions.py  toolset distributions and their seeded sampling
     entry.py          a journal entry: one finished prompt (JournalEntry, Status, Reward)
     journal.py        the batch files: append, fsync, read
+    journal_lines.py  a journal line's trajectory and tail, decoding as little as possible
     run_index.py      the run's DuckDB index over the journal (RunIndex)
     trajectory.py     the ShareGPT trajectory format
     stats.py          tool, reasoning and reward statistics

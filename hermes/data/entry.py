@@ -3,7 +3,7 @@
 The reference's trajectory fields, then the `hermes` block (what this system adds: the prompt's
 key, its status, its error, usage, timings). trajectories.jsonl is the entry without that block.
 
-The byte-slicing contract with the run index (hermes.data.run_index.split_entry / _outcome): the
+The byte-slicing contract with the run index (hermes.data.journal_lines.split_entry / outcome_block): the
 fields are serialised in declaration order, and the last ones are, in this order,
 `api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts`, `reward` (only when the row
 has a check: written only then), `hermes`. The index finds a line's outcome by cutting it at
@@ -139,6 +139,6 @@ class JournalEntry(BaseModel):
         return data
 
 
-#: the entry's last keys, in order, as hermes.data.run_index.split_entry relies on them (`reward` only
+#: the entry's last keys, in order, as hermes.data.journal_lines.split_entry relies on them (`reward` only
 #: when there is one)
 TAIL_KEYS = ("api_calls", "toolsets_used", "tool_stats", "tool_error_counts", "reward", "hermes")

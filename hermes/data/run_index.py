@@ -15,21 +15,24 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
-from pydantic_core import from_json
 
 from hermes.errors import HermesError
 from hermes.data import journal
 from hermes.data.run_paths import RunPaths
-from hermes.data.entry import TAIL_KEYS, Status
+from hermes.data.entry import Status
+from hermes.data.journal_lines import journal_lines, outcome_block
 
 log = logging.getLogger(__name__)
 #: the statuses as SQL literals (hermes.data.entry.Status is the one list of them)
 _FAILED, _DISCARDED = f"'{Status.FAILED}'", f"'{Status.DISCARDED}'"
 
-LAYOUT = 2  # bump when the tables change: an index of another layout is rebuilt from the journal
+LAYOUT = 3  # bump when the tables change: an index of another layout is rebuilt from the journal
+# No PRIMARY KEY on indexed_files: its ART index, upserted once a landing, kept native memory that
+# grew with every batch of a run (bench/INFLIGHT_MEMORY.md, fourth pass); a file's row is deleted
+# and inserted in the transaction that drops its old outcomes instead.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outcomes (batch_num INTEGER, line INTEGER, key VARCHAR, status VARCHAR, error VARCHAR);
-CREATE TABLE IF NOT EXISTS indexed_files (batch_num INTEGER PRIMARY KEY, size BIGINT);
+CREATE TABLE IF NOT EXISTS indexed_files (batch_num INTEGER, size BIGINT);
 CREATE TABLE IF NOT EXISTS layout (version INTEGER);
 """
 # read_json columns of a journal line, for readers that scan the batch files themselves (hermes.run.status)
@@ -38,6 +41,10 @@ COLUMNS = {"prompt_index": "BIGINT", "hermes": "STRUCT(key VARCHAR, status VARCH
 # DuckDB turns Python lists into columns slowly; one JSON document of columns per chunk is ~2x faster.
 _CHUNK = 10_000
 LEAN_MEMORY = "32MB"
+# A lean index checkpoints its write-ahead log at this size rather than DuckDB's 16 MiB: until a
+# checkpoint, every small commit of a live run's landings keeps native memory outside the memory
+# limit (a run's index grew +29 MiB over 200,000 lines at the default, +12 MiB at 1 MB).
+LEAN_CHECKPOINT = "1MB"
 #: owed (index, key) pairs read off the index at a time while a plan is handed out
 OWED_CHUNK = 8192
 _INSERT = """INSERT INTO outcomes
@@ -50,79 +57,6 @@ class IndexBusy(HermesError, RuntimeError):
     """Another process (an active run) holds the run's index file."""
 
     transient = True
-
-
-# --------------------------------------------------------------------------- journal lines
-
-# The byte-slicing contract with the entry's key order (hermes/data/entry.py: JournalEntry and
-# TAIL_KEYS, written by hermes.data.journal.encode): a runner's line ends with the keys TAIL_KEYS, in
-# that order, `hermes` (an object) last. Cut at _HERMES, a line is its trajectory; from _TAIL on,
-# it is the small tail the index decodes. tests/test_entry.py fails if the model breaks it.
-_HERMES = f', "{TAIL_KEYS[-1]}": {{'.encode()
-_TAIL = f', "{TAIL_KEYS[0]}": '.encode()
-
-
-def journal_lines(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(line number from 0, raw line) of each complete line in the first `size` bytes.
-
-    A torn last line (a crash mid-write) is left out, as by hermes.data.journal.read.
-    """
-    with open(path, "rb", buffering=1 << 20) as f:
-        read = 0
-        for n, raw in enumerate(f):
-            read += len(raw)
-            if not raw.endswith(b"\n") or (size is not None and read > size):
-                return
-            yield n, raw
-
-
-def split_entry(raw: bytes) -> tuple[bytes | None, dict] | None:
-    """(the line without its `hermes` block, the entry's last fields), decoding as little as possible.
-
-    The runner writes `api_calls`, `toolsets_used`, `tool_stats`, `tool_error_counts` and then
-    `hermes` as an entry's last keys (hermes.data.entry.TAIL_KEYS, the contract above _HERMES): such a line is decoded from `, "api_calls": ` on (a tenth
-    of a 9 KB trajectory) and the line without `hermes` is the line cut at `, "hermes": {`,
-    never re-encoded. Any other line is decoded whole: then the head is None and the tail is
-    the whole entry. None: the line is not a JSON object (skipped, as by hermes.data.journal.read).
-    """
-    if raw.endswith(b"}}\n"):
-        cut = raw.rfind(_HERMES)
-        start = raw.rfind(_TAIL, 0, cut) if cut > 0 else -1
-        if start > 0:
-            try:
-                # Both parse only if the cut points are keys of the top-level object: text after a
-                # nested key would close one object too many (and a JSON string cannot hold `, "`).
-                tail = from_json(b"{" + raw[start + 2:])
-                from_json(raw[cut + len(_HERMES) - 1:-2])
-            except ValueError:
-                pass
-            else:
-                return raw[:cut] + b"}\n", tail
-    try:
-        entry = json.loads(raw)
-    except ValueError:
-        return None
-    return (None, entry) if isinstance(entry, dict) else None
-
-
-def _outcome(raw: bytes) -> dict | None:
-    """The hermes block of a journal line (the index needs nothing else): for a line of the
-    runner's shape only that block is decoded; None when the line is not a JSON object."""
-    if raw.endswith(b"}}\n"):
-        cut = raw.rfind(_HERMES)
-        if cut > 0:
-            try:
-                # parses alone only if it is the top-level object's last value (see split_entry)
-                return from_json(raw[cut + len(_HERMES) - 1:-2])
-            except ValueError:
-                pass
-    parsed = split_entry(raw)
-    return None if parsed is None else hermes_block(parsed[1])
-
-
-def hermes_block(tail: dict) -> dict:
-    meta = tail.get("hermes")
-    return meta if isinstance(meta, dict) else {}
 
 
 def _text(value) -> str | None:
@@ -143,7 +77,8 @@ class RunIndex:
         self.path = RunPaths(run_dir).index if database is None else Path(database)
         self.con = self._connect(str(self.path) if database is None else database)
         if lean:
-            self.con.execute(f"SET memory_limit = '{LEAN_MEMORY}'; SET threads = 1")
+            self.con.execute(f"SET memory_limit = '{LEAN_MEMORY}'; SET threads = 1; "
+                             f"SET checkpoint_threshold = '{LEAN_CHECKPOINT}'")
         self.refresh()
 
     def _connect(self, database: str) -> duckdb.DuckDBPyConnection:
@@ -170,28 +105,28 @@ class RunIndex:
         gone = set(known) - {num for num, _ in on_disk}
         changed = [(num, path, size) for num, path in on_disk if known.get(num) != (size := path.stat().st_size)]
         if gone or changed:
-            self._index(changed, stale=gone | {num for num, _, _ in changed if num in known}, gone=gone)
+            self._index(changed, stale=gone | {num for num, _, _ in changed if num in known})
 
     def index_batches(self, files: list[tuple[int, Path]]) -> None:
         """Index these batch files as they are now, in one go (each statement costs a millisecond or more)."""
         self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
 
-    def _index(self, files: list[tuple[int, Path, int]], stale: set[int], gone: set[int] = frozenset()) -> None:
+    def _index(self, files: list[tuple[int, Path, int]], stale: set[int]) -> None:
         """(Re)index files, in transactions of about _CHUNK lines (DuckDB holds uncommitted rows in memory).
 
-        If this is cut short, a file whose rows are gone still shows its old size, so the next
-        refresh indexes it again.
+        `stale` names the files already indexed (gone ones among them): their rows go first. If this
+        is cut short, a file whose rows are gone is no longer listed as indexed, so the next refresh
+        indexes it again.
         """
         self.con.execute("BEGIN")
         try:
-            if stale:  # one pass over the table, not one per file
+            if stale:  # one pass over each table, not one per file
                 self.con.execute("DELETE FROM outcomes WHERE list_contains(?, batch_num)", [sorted(stale)])
-            if gone:
-                self.con.execute("DELETE FROM indexed_files WHERE list_contains(?, batch_num)", [sorted(gone)])
+                self.con.execute("DELETE FROM indexed_files WHERE list_contains(?, batch_num)", [sorted(stale)])
             cols = _columns()
             for num, path, size in files:
                 for line, raw in journal_lines(path, size):
-                    meta = _outcome(raw)
+                    meta = outcome_block(raw)
                     if meta is not None:
                         cols["batch_num"].append(num)
                         cols["line"].append(line)
@@ -214,9 +149,9 @@ class RunIndex:
         files = cols.pop("files")
         if cols["line"]:
             self.con.execute(_INSERT, [json.dumps(cols)])
-        if files:  # one statement: an upsert costs a millisecond or more each
+        if files:  # one statement: each costs a millisecond or more
             nums, sizes = zip(*files)
-            self.con.execute("INSERT OR REPLACE INTO indexed_files SELECT unnest(?), unnest(?)", [list(nums), list(sizes)])
+            self.con.execute("INSERT INTO indexed_files SELECT unnest(?), unnest(?)", [list(nums), list(sizes)])
 
     # ----------------------------------------------------------------------- planning
 

@@ -9,7 +9,7 @@ did not pass or that had none. The checks' outcomes are summed in `check_statist
 Memory is bounded whatever the run's size: no per-trajectory Python objects are kept; the run's
 DuckDB index (hermes.data.run_index) answers which line wins for each key and which prompts never
 succeeded (under a memory_limit), and the batch files are read once, line by line, in order. A line the runner wrote is copied up to its
-`hermes` block, never decoded whole nor re-encoded (hermes.data.run_index.split_entry).
+`hermes` block, never decoded whole nor re-encoded (hermes.data.journal_lines.split_entry).
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from hermes.data.dataset import split_attempt
 from hermes.data.stats import add_trial, aggregate_trials
 from hermes.data.stats import (add_reasoning, add_reward, add_tool_stats, aggregate_reasoning, aggregate_rewards,
                           aggregate_tool_stats)
-from hermes.data.run_index import IndexBusy, RunIndex, hermes_block, journal_lines, split_entry
+from hermes.data.journal_lines import hermes_block, journal_lines, split_entry
+from hermes.data.run_index import IndexBusy, RunIndex
 
 
 def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, Any]:

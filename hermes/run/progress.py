@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from hermes.data.journal_lines import outcome_block
 from hermes.data.run_paths import batch_name
 
 
@@ -112,8 +113,6 @@ class JournalTail:
                 self._read(name)
 
     def _read(self, name: str) -> None:
-        from hermes.data.run_index import _outcome  # the index's own cheap decoder of a line's hermes block
-
         offset = self._offsets[name]
         try:
             with open(self.run_dir / name, "rb") as f:
@@ -124,6 +123,6 @@ class JournalTail:
         end = data.rfind(b"\n") + 1
         self._offsets[name] = offset + end
         for raw in data[:end].splitlines(keepends=True):
-            block = _outcome(raw)
+            block = outcome_block(raw)
             if block and block.get("status"):
                 self.on_entry({"hermes": block})

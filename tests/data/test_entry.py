@@ -10,7 +10,7 @@ import json
 
 from hermes.data import journal
 from hermes.data.entry import TAIL_KEYS, HermesBlock, JournalEntry, Reward, Status
-from hermes.data.run_index import _outcome, hermes_block, split_entry
+from hermes.data.journal_lines import hermes_block, outcome_block, split_entry
 
 
 def sample(status: Status = Status.COMPLETED, reward: Reward | None = None) -> JournalEntry:
@@ -81,7 +81,7 @@ def test_the_index_cuts_a_line_without_decoding_it_whole():
         # ...and the tail is exactly the contract's keys, decoded (the reward, if any, in the trajectory too).
         assert list(tail) == [k for k in TAIL_KEYS if k in record]
         assert hermes_block(tail) == record["hermes"]
-        assert _outcome(line) == record["hermes"]
+        assert outcome_block(line) == record["hermes"]
     assert json.loads(head)["reward"] == tail["reward"] == CHECKED.model_dump()
 
 
