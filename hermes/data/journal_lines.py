@@ -16,7 +16,7 @@ from hermes.data.entry import TAIL_KEYS
 # The byte-slicing contract with the entry's key order (hermes/data/entry.py: JournalEntry and
 # TAIL_KEYS, written by hermes.data.journal.encode): a runner's line ends with the keys TAIL_KEYS, in
 # that order, `hermes` (an object) last. Cut at _HERMES, a line is its trajectory; from _TAIL on,
-# it is the small tail the index decodes. tests/test_entry.py fails if the model breaks it.
+# it is the small tail the index decodes. tests/data/test_entry.py fails if the model breaks it.
 _HERMES = f', "{TAIL_KEYS[-1]}": {{'.encode()
 _TAIL = f', "{TAIL_KEYS[0]}": '.encode()
 
