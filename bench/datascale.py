@@ -208,7 +208,12 @@ def time_plan(root: Path, run_name: str, cold: bool) -> dict:
     out["difference"] = time.perf_counter() - t3
     out["plan_total"] = time.perf_counter() - t
     t4 = time.perf_counter()
-    rundir.write_checkpoint(run_dir, run_name, index.completed_json(), index.batch_stats())
+    if hasattr(index, "completed_bitmap"):  # the checkpoint written in chunks (since issue 34's fifth pass)
+        from hermes.data import bitmap
+        completed = bitmap.chunks(index.completed_bitmap(len(dataset)))
+    else:
+        completed = index.completed_json()
+    rundir.write_checkpoint(run_dir, run_name, completed, index.batch_stats())
     out["checkpoint"] = time.perf_counter() - t4
     done = index.con.execute("SELECT count(DISTINCT key) FROM outcomes WHERE status <> 'failed'").fetchone()[0]
     index.close()

@@ -9,7 +9,7 @@ import os
 
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from hermes.data.run_paths import RunPaths
 
@@ -109,11 +109,12 @@ def read(path: Path) -> Iterator[dict[str, Any]]:
                 continue
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Derived files are written to a temporary name, synced, and renamed into place."""
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+    """Derived files are written to a temporary name, synced, and renamed into place; `text` may
+    come in pieces, so that a big file is never one string."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.writelines([text] if isinstance(text, str) else text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 
 from hermes.errors import HermesError
-from hermes.data import journal
+from hermes.data import bitmap, journal
 from hermes.data.run_paths import RunPaths
 from hermes.data.entry import Status
 from hermes.data.journal_lines import journal_lines, outcome_block
@@ -106,11 +107,12 @@ class RunIndex:
         if gone or changed:
             self._index(changed, stale=gone | {num for num, _, _ in changed if num in known})
 
-    def index_batches(self, files: list[tuple[int, Path]]) -> None:
-        """Index these batch files as they are now, in one go (each statement costs a millisecond or more)."""
-        self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
+    def index_batches(self, files: list[tuple[int, Path]]) -> list[str]:
+        """Index these batch files as they are now, in one go (each statement costs a millisecond
+        or more); the keys their lines finish (a success: any status but failed)."""
+        return self._index([(num, path, path.stat().st_size) for num, path in files], stale={num for num, _ in files})
 
-    def _index(self, files: list[tuple[int, Path, int]], stale: set[int]) -> None:
+    def _index(self, files: list[tuple[int, Path, int]], stale: set[int]) -> list[str]:
         """(Re)index files, in transactions of about _CHUNK lines (DuckDB holds uncommitted rows in memory).
 
         `stale` names the files already indexed (gone ones among them): their rows go first. If this
@@ -122,15 +124,18 @@ class RunIndex:
             if stale:  # one pass over each table, not one per file
                 self.con.execute("DELETE FROM outcomes WHERE list_contains(?, batch_num)", [sorted(stale)])
                 self.con.execute("DELETE FROM indexed_files WHERE list_contains(?, batch_num)", [sorted(stale)])
-            cols = _columns()
+            cols, done = _columns(), []
             for num, path, size in files:
                 for line, raw in journal_lines(path, size):
                     meta = outcome_block(raw)
                     if meta is not None:
+                        key, status = _text(meta.get("key")), _text(meta.get("status"))
+                        if key is not None and status != Status.FAILED:
+                            done.append(key)
                         cols["batch_num"].append(num)
                         cols["line"].append(line)
-                        cols["key"].append(_text(meta.get("key")))
-                        cols["status"].append(_text(meta.get("status")))
+                        cols["key"].append(key)
+                        cols["status"].append(status)
                         cols["error"].append(_text(meta.get("error")))
                 cols["files"].append((num, size))
                 if len(cols["line"]) >= _CHUNK:  # whole files per transaction: the index never holds half a file
@@ -140,6 +145,7 @@ class RunIndex:
                     self.con.execute("BEGIN")
             self._insert(cols)
             self.con.execute("COMMIT")
+            return done
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
@@ -178,42 +184,52 @@ class RunIndex:
     def plan_owed(self, max_attempts: int | None = None) -> int:
         """Number the rows still owed (as owed() orders them) in a table of the index; how many.
         A run's plan reads them back a slice at a time (owed_slice), so it never holds a pair per
-        prompt of the dataset."""
+        prompt of the dataset. The table holds a position and the dataset row's id, not its key:
+        the dataset's rows go in by row then attempt (load_dataset), so id order is attempt order."""
         self._execute(self.con, "CREATE OR REPLACE TEMP TABLE owed_plan AS " + _TRIED + """,
-            o AS (SELECT d.idx, d.key FROM dataset d LEFT JOIN tried t USING (key)
+            o AS (SELECT d.idx, d.rowid AS rid FROM dataset d LEFT JOIN tried t USING (key)
                   WHERE coalesce(t.ok, 0) = 0 AND coalesce(t.attempts, 0) < ?)
-            SELECT row_number() OVER (ORDER BY idx, length(key), key) - 1 AS pos, idx, key FROM o ORDER BY pos""",
+            SELECT row_number() OVER (ORDER BY idx, rid) - 1 AS pos, rid FROM o""",
                       [max_attempts or 2 ** 62])
         return self.con.execute("SELECT count(*) FROM owed_plan").fetchone()[0]
 
     def owed_slice(self, start: int, stop: int) -> list[tuple[int, str]]:
         """(row index, key) of the owed rows numbered start to stop - 1 by the last plan_owed."""
-        return self.con.execute("SELECT idx, key FROM owed_plan WHERE pos >= ? AND pos < ? ORDER BY pos",
-                                [start, stop]).fetchall()
+        return self.con.execute("""SELECT d.idx, d.key FROM owed_plan p JOIN dataset d ON d.rowid = p.rid
+                                   WHERE p.pos >= ? AND p.pos < ? ORDER BY p.pos""", [start, stop]).fetchall()
 
     def given_up(self, max_attempts: int) -> int:
         """How many prompts of the journal failed max_attempts times and never succeeded."""
         return self.con.execute(_TRIED + "SELECT count(*) FROM tried WHERE ok = 0 AND attempts >= ?",
                                 [max_attempts]).fetchone()[0]
 
-    def completed_json(self) -> str:
-        """The dataset indices of the rows done, as one compact JSON array (checkpoint.json)."""
-        return self.con.execute(
-            f"""SELECT coalesce(to_json(list(DISTINCT idx ORDER BY idx)), '[]')::VARCHAR FROM dataset
-                WHERE key IN (SELECT key FROM outcomes WHERE status <> {_FAILED})""").fetchone()[0]
+    def completed_bitmap(self, rows: int) -> bytearray:
+        """The dataset rows done (any attempt a success), one bit a row (hermes.data.bitmap).
+
+        A run builds it once and adds its landings' keys (index_batches) for checkpoint.json:
+        joining the journal's keys with the dataset's every few seconds held 25 MiB more at
+        200,000 prompts (bench/INFLIGHT_MEMORY.md, fifth pass).
+        """
+        bits = bitmap.empty(rows)
+        self._execute(self.con, f"""SELECT DISTINCT idx FROM dataset
+                                    SEMI JOIN (SELECT key FROM outcomes WHERE status <> {_FAILED}) USING (key)""")
+        while chunk := self.con.fetchmany(OWED_CHUNK):
+            bitmap.add(bits, (i for (i,) in chunk))
+        return bits
 
     def next_batch_num(self) -> int:
         nums = [n for n, _ in journal.batch_files(self.run_dir)]
         return max(nums) + 1 if nums else 0
 
-    def batch_stats(self) -> dict[str, dict[str, int]]:
-        rows = self.con.execute(
+    def batch_stats(self, size: int = 8192) -> Iterator[list[tuple[int, int, int, int]]]:
+        """(batch number, prompts, failed, discarded) of every batch, in order, a chunk at a time."""
+        self.con.execute(
             f"""SELECT batch_num, count(*),
                       count(*) FILTER (WHERE status = {_FAILED}),
                       count(*) FILTER (WHERE status = {_DISCARDED})
-               FROM outcomes WHERE key IS NOT NULL GROUP BY batch_num ORDER BY batch_num"""
-        ).fetchall()
-        return {str(b): {"processed": n, "skipped": f, "discarded_no_reasoning": d} for b, n, f, d in rows}
+               FROM outcomes WHERE key IS NOT NULL GROUP BY batch_num ORDER BY batch_num""")
+        while chunk := self.con.fetchmany(size):
+            yield chunk
 
     # ----------------------------------------------------------------------- merging
 
@@ -315,24 +331,22 @@ def load_dataset(con: duckdb.DuckDBPyConnection, dataset) -> None:
     them the same way in Python). Hashes cross into DuckDB as comma-separated text, which it
     splits far faster than it converts Python lists, 20,000 at a time: a chunk's text and its
     split list are what the load holds beyond the table (100,000 a chunk peaked 16 MiB higher at
-    200,000 rows).
+    200,000 rows). One table, filled in place: a second copy of the keys (hashes, then keys) cost
+    a 200,000-row run 20 MiB at its start.
     """
-    con.execute("CREATE OR REPLACE TEMP TABLE dataset_hashes (idx BIGINT, h VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE dataset (idx BIGINT, key VARCHAR)")
     for start, text in dataset.hash_chunks(20_000):
-        con.execute("""INSERT INTO dataset_hashes
-                       SELECT ? + generate_subscripts(hs, 1) - 1, unnest(hs) FROM (SELECT string_split(?, ',') AS hs)""",
+        con.execute("""INSERT INTO dataset
+                       SELECT ? + generate_subscripts(hs, 1) - 1, unnest(hs) || '-0' FROM (SELECT string_split(?, ',') AS hs)""",
                     [start, text])
+    # Occurrences are numbered only among the keys that repeat, found by a 64-bit hash first: a
+    # grouping or window over every row's key text does not fit the lean index's cap at a million rows.
+    con.execute("""UPDATE dataset SET key = left(dataset.key, -1) || occ.n FROM (
+                       SELECT idx, row_number() OVER (PARTITION BY key ORDER BY idx) - 1 AS n FROM dataset
+                       WHERE hash(key) IN (SELECT hash(key) AS h FROM dataset GROUP BY h HAVING count(*) > 1)) occ
+                   WHERE dataset.idx = occ.idx AND occ.n > 0""")
     # --attempts K: attempt n of a row is a prompt of its own, keyed `<key>#a<n>` from the second on
-    # (hermes.data.dataset.attempt_key), ordered by row then attempt
-    attempts = int(getattr(dataset, "attempts", 1) or 1)
-    # Occurrences are numbered only among the hashes that repeat: a window over every row's hash
-    # does not fit the lean index's memory cap at a million rows, a grouping and a join spill.
-    # No ORDER BY: the rows go in as idx runs, and every reader orders what it asks for.
-    con.execute("""CREATE OR REPLACE TEMP TABLE dataset AS
-                   WITH dup AS (SELECT h FROM dataset_hashes GROUP BY h HAVING count(*) > 1),
-                        occ AS (SELECT idx, row_number() OVER (PARTITION BY h ORDER BY idx) - 1 AS n
-                                FROM dataset_hashes SEMI JOIN dup USING (h))
-                   SELECT idx, CASE WHEN a = 1 THEN k ELSE k || '#a' || a END AS key FROM
-                     (SELECT idx, h || '-' || coalesce(occ.n, 0) AS k FROM dataset_hashes LEFT JOIN occ USING (idx)),
-                     range(1, ? + 1) t(a)""", [attempts])
-    con.execute("DROP TABLE dataset_hashes")
+    # (hermes.data.dataset.attempt_key). They go in after every first attempt, in attempt order, so
+    # that ordering by (idx, rowid) is by row then attempt (RunIndex.plan_owed).
+    for a in range(2, int(getattr(dataset, "attempts", 1) or 1) + 1):
+        con.execute("INSERT INTO dataset SELECT idx, key || '#a' || ? FROM dataset WHERE NOT contains(key, '#')", [a])

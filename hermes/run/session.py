@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
+from hermes.data import bitmap
 from hermes.data.run_paths import RunPaths
 from hermes.run import local_processes, remote, rundir
 from hermes.data.dataset import Dataset, Row
@@ -97,7 +98,8 @@ class RunSession:
     sandboxes: SandboxRun | None = None
     _checkpoint_at: float = 0.0
     _indexed_at: float = 0.0
-    _landed: list[tuple[int, Path]] = field(default_factory=list)
+    _landed: list[tuple[int, list[tuple[int, str]]]] = field(default_factory=list)  # (num, wanted) not yet indexed
+    _completed: bytearray | None = None  # a bit a dataset row, set once it is done (checkpoint.json)
 
     @classmethod
     def open(cls, settings: RunSettings, api_key: str | None = None) -> "RunSession":
@@ -159,9 +161,7 @@ class RunSession:
     def record(self, batch: Batch) -> None:
         """A batch finished: index its file (with the others landed within INDEX_INTERVAL) and bring
         checkpoint.json up to date (at most every few seconds)."""
-        path = RunPaths(self.path).batch(batch.num)
-        if path.exists():
-            self._landed.append((batch.num, path))
+        self._landed.append((batch.num, batch.wanted))
         self.prompts_run += batch.size
         now = time.monotonic()
         if now - self._indexed_at >= INDEX_INTERVAL:
@@ -171,14 +171,19 @@ class RunSession:
 
     def _index_landed(self) -> None:
         landed, self._landed = self._landed, []
-        if landed:
-            self.index.index_batches(landed)
+        files = [(num, path) for num, _ in landed if (path := RunPaths(self.path).batch(num)).exists()]
+        if files:
+            done = set(self.index.index_batches(files))
+            if self._completed is not None:
+                bitmap.add(self._completed, (i for _, wanted in landed for i, key in wanted if key in done))
         self._indexed_at = time.monotonic()
 
     def write_checkpoint(self) -> None:
         self._index_landed()  # the checkpoint is read off the index
-        # A join over the whole dataset: throttled, so a run of many small batches stays linear.
-        rundir.write_checkpoint(self.path, self.settings.run_name, self.index.completed_json(),
+        if self._completed is None:
+            self._completed = self.index.completed_bitmap(len(self.dataset))
+        # A pass over every batch: throttled, so a run of many small batches stays linear.
+        rundir.write_checkpoint(self.path, self.settings.run_name, bitmap.chunks(self._completed),
                                 self.index.batch_stats())
         self._checkpoint_at = time.monotonic()
 

@@ -101,6 +101,18 @@ def test_duckdb_numbers_identical_rows_as_python_does(tmp_path):
     assert ds.keys() == [r.key for r in load_rows(tmp_path / "ds.jsonl")[0]]
 
 
+def test_the_plan_of_a_fresh_run_of_three_attempts_is_every_prompt_in_row_then_attempt_order(tmp_path):
+    from hermes.data.dataset import read_dataset
+    from hermes.data.run_index import RunIndex
+
+    # the tenth attempt sorts after the ninth (the plan orders by insertion, not by key text)
+    ds = read_dataset(write(tmp_path, [{"prompt": p} for p in "abab"]), attempts=10)
+    index = RunIndex(tmp_path, database=":memory:")
+    index.load_dataset(ds)
+    assert index.owed() == ds.indexed_keys()
+    assert [k for _, k in index.owed()[:11]] == [ds.keys()[0]] + [f"{ds.keys()[0]}#a{n}" for n in range(2, 11)] + [ds.keys()[10]]
+
+
 def test_a_row_changed_after_the_check_is_refused_not_run(tmp_path):
     from hermes.data.dataset import read_dataset
 
