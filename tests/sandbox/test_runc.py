@@ -58,6 +58,31 @@ def test_close_leaves_nothing_on_the_host(backend, sandbox_image):
         box.exec("true")
 
 
+def test_close_ends_every_process_of_the_sandbox_detached_ones_too(backend, sandbox_image):
+    # removal is done by hand (the cgroup's processes killed, its folders removed), not by runc delete
+    marks = [f"900.{uuid.uuid4().int % 10**9:09d}" for _ in range(3)]
+
+    def marked() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            found += [pid] if any(m in cmd for m in marks) else []
+        return found
+
+    box = backend.open(SandboxSpec(image=sandbox_image, run_id=RUN_ID, prompt_id="procs"))
+    try:
+        box.exec(f"sleep {marks[0]} & setsid sleep {marks[1]} </dev/null >/dev/null 2>&1 & "
+                 f"(trap '' TERM HUP INT; sleep {marks[2]}) </dev/null >/dev/null 2>&1 & echo started", timeout=10)
+        until(lambda: len(marked()) == 3, timeout=10, what="the sandbox's three sleeps seen on the host")
+    finally:
+        box.close()
+    assert traces(box.name) == []
+    assert marked() == []
+
+
 def test_kill_all_processes_leaves_the_sandbox_working(sb):
     # The channel is the sandbox's PID 1, which kill -9 -1 skips: the command dies, the sandbox stays.
     r = within(60, sb.exec, "sleep 300 & kill -9 -1; sleep 30; echo never")

@@ -5,8 +5,8 @@
                           owner host:pid, when made); NAME names the owner's pid and the run too
     cgroups               /hermes-runc/NAME in each controller (cgroup v1) or the unified tree
 
-A sandbox is removed by `runc delete --force` (its processes killed, its cgroup gone), any
-cgroup a killed `runc run` left removed by hand, then its folder. A sandbox whose owner process
+A sandbox is removed by killing what its cgroup holds and removing the cgroup, runc's state
+and its folder by hand (`runc delete --force` where that cannot be done: remove_box). A sandbox whose owner process
 is dead (lifecycle.owner_alive) may be removed by anyone: the next run's start on this host,
 whatever its run, and `hermes-batch sandbox cleanup`. Sandboxes still open at interpreter exit
 are removed then (Removals.close_all).
@@ -127,38 +127,61 @@ def owner_alive(owner: str, created: float) -> bool | None:
 
 
 def remove_box(name: str) -> bool:
-    """Remove one sandbox: its processes, runc's state, its cgroups, its folder. True when gone."""
-    try:
-        runc("delete", "--force", name)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        log.warning("runc delete of %s failed: %s", name, e)
-    for d in cgroup_dirs(name):  # a `runc run` killed half way leaves its cgroup to us
-        _kill_cgroup(d)
+    """Remove one sandbox: its processes, runc's state, its cgroups, its folder. True when gone.
+
+    By hand where it can be: every process of the sandbox is in its cgroup (the init's death
+    takes the rest of its PID namespace with it), so once the cgroup is empty only folders are
+    left, runc's state among them. That takes about 12 ms where `runc delete --force` took 110
+    (bench/RUNC_REPORT.md), in a removal thread a run of fast prompts keeps busy. `runc delete`
+    stays the way when no cgroup is found or something in it would not die.
+    """
+    dirs = cgroup_dirs(name)
+    emptied = bool(dirs) and all([_kill_cgroup(d) for d in dirs])
+    if emptied:
+        for d in dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                emptied = False
+    if emptied:
+        shutil.rmtree(RUNC_ROOT / name, ignore_errors=True)
+    elif (RUNC_ROOT / name).exists():
         try:
-            d.rmdir()
-        except OSError:
-            pass
+            runc("delete", "--force", name)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.warning("runc delete of %s failed: %s", name, e)
+        for d in cgroup_dirs(name):  # a `runc run` killed half way leaves its cgroup to us
+            _kill_cgroup(d)
+            try:
+                d.rmdir()
+            except OSError:
+                pass
     shutil.rmtree(BOXES / name, ignore_errors=True)
     return not (BOXES / name).exists() and not (RUNC_ROOT / name).exists()
 
 
-def _kill_cgroup(d: Path) -> None:
+def _kill_cgroup(d: Path) -> bool:
+    """SIGKILL every process in cgroup folder `d`; True once it is empty (within half a second)."""
     try:
         pids = (d / "cgroup.procs").read_text().split()
     except OSError:
-        return
+        return not d.exists()
     for pid in pids:
         try:
             os.kill(int(pid), 9)
         except (ProcessLookupError, ValueError, PermissionError):
             pass
-    for _ in range(50):
+    pause, until = 0.0005, time.monotonic() + 0.5
+    while True:
         try:
             if not (d / "cgroup.procs").read_text().strip():
-                return
+                return True
         except OSError:
-            return
-        time.sleep(0.01)
+            return not d.exists()
+        if time.monotonic() > until:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 def remove(found: list[Leftover]) -> int:
