@@ -41,6 +41,9 @@ COLUMNS = {"prompt_index": "BIGINT", "hermes": "STRUCT(key VARCHAR, status VARCH
 # DuckDB turns Python lists into columns slowly; one JSON document of columns per chunk is ~2x faster.
 _CHUNK = 10_000
 LEAN_MEMORY = "32MB"
+#: a live run's index: its dataset's keys and the outcomes landed spill to disk beyond this, so a
+#: run of 200,000 prompts holds 17 MiB less than at LEAN_MEMORY (bench/INFLIGHT_MEMORY.md, fifth pass)
+RUN_MEMORY = "16MB"
 # A lean index checkpoints its write-ahead log at this size rather than DuckDB's 16 MiB: until a
 # checkpoint, every small commit of a live run's landings keeps native memory outside the memory
 # limit (a run's index grew +29 MiB over 200,000 lines at the default, +12 MiB at 1 MB).
@@ -67,17 +70,17 @@ def _text(value) -> str | None:
 
 
 class RunIndex:
-    def __init__(self, run_dir: Path, database: str | None = None, lean: bool = False):
+    def __init__(self, run_dir: Path, database: str | None = None, lean: bool = False, memory: str = LEAN_MEMORY):
         """database: the run's index file by default; ":memory:" for a private, throw-away index.
 
-        lean: cap DuckDB at LEAN_MEMORY and one thread (it spills to disk beyond), so that a pass
+        lean: cap DuckDB at `memory` and one thread (it spills to disk beyond), so that a pass
         over the whole journal (the merge) keeps the same peak however long the run.
         """
         self.run_dir = run_dir
         self.path = RunPaths(run_dir).index if database is None else Path(database)
         self.con = self._connect(str(self.path) if database is None else database)
         if lean:
-            self.con.execute(f"SET memory_limit = '{LEAN_MEMORY}'; SET threads = 1; "
+            self.con.execute(f"SET memory_limit = '{memory}'; SET threads = 1; "
                              f"SET checkpoint_threshold = '{LEAN_CHECKPOINT}'")
         self.refresh()
 
@@ -292,7 +295,7 @@ class RunIndex:
             return cur.execute(sql, params)
         except duckdb.OutOfMemoryException:
             # The lean cap was too tight for this journal: finish slower and bigger rather than fail.
-            log.warning("run index %s: query needs more than %s, lifting the limit", self.path, LEAN_MEMORY)
+            log.warning("run index %s: a query needs more than its memory cap, lifting the limit", self.path)
             self.con.execute("RESET memory_limit")
             return cur.execute(sql, params)
 

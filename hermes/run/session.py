@@ -21,7 +21,7 @@ from hermes.sandbox import SandboxRun, WeakerSandbox
 from hermes.sandbox.lifecycle import owner_label
 from hermes.settings import RunSettings
 from hermes.run.workerfiles import forget_dead_workers
-from hermes.data.run_index import OWED_CHUNK, RunIndex
+from hermes.data.run_index import OWED_CHUNK, RUN_MEMORY, RunIndex
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 5.0  # seconds between checkpoint.json rewrites while batches land
@@ -127,7 +127,7 @@ class RunSession:
                     sandboxes = ctx.backend.open_run(settings.run_name)
                 except WeakerSandbox as e:
                     raise rundir.RunRefused(f"run '{settings.run_name}' refused: {e}") from None
-            index = RunIndex(path, lean=True)
+            index = RunIndex(path, lean=True, memory=RUN_MEMORY)
             index.load_dataset(dataset)
             rundir.write_manifest(path, settings, total_prompts=dataset.prompts)
         except BaseException:
