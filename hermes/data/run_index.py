@@ -40,9 +40,11 @@ COLUMNS = {"prompt_index": "BIGINT", "hermes": "STRUCT(key VARCHAR, status VARCH
 
 # DuckDB turns Python lists into columns slowly; one JSON document of columns per chunk is ~2x faster.
 _CHUNK = 10_000
-LEAN_MEMORY = "32MB"
+# 24 MB: a 200,000-trajectory merge peaked at 125 MiB, against 130 at 32 MB and 135 at 16 MB (where the
+# spilling costs more than it saves; bench/INFLIGHT_MEMORY.md, fifth pass)
+LEAN_MEMORY = "24MB"
 #: a live run's index: its dataset's keys and the outcomes landed spill to disk beyond this, so a
-#: run of 200,000 prompts holds 17 MiB less than at LEAN_MEMORY (bench/INFLIGHT_MEMORY.md, fifth pass)
+#: run of 200,000 prompts holds less than at 32 MB (bench/INFLIGHT_MEMORY.md, fifth pass)
 RUN_MEMORY = "16MB"
 # A lean index checkpoints its write-ahead log at this size rather than DuckDB's 16 MiB: until a
 # checkpoint, every small commit of a live run's landings keeps native memory outside the memory
@@ -104,9 +106,13 @@ class RunIndex:
     def refresh(self) -> None:
         """Index every batch file that changed since it was last indexed; forget files that are gone."""
         known = dict(self.con.execute("SELECT batch_num, size FROM indexed_files").fetchall())
-        on_disk = journal.batch_files(self.run_dir)
-        gone = set(known) - {num for num, _ in on_disk}
-        changed = [(num, path, size) for num, path in on_disk if known.get(num) != (size := path.stat().st_size)]
+        paths = RunPaths(self.run_dir)
+        try:
+            on_disk = paths.batch_sizes()
+        except FileNotFoundError:
+            on_disk = {}
+        gone = known.keys() - on_disk.keys()
+        changed = [(num, paths.batch(num), size) for num, size in sorted(on_disk.items()) if known.get(num) != size]
         if gone or changed:
             self._index(changed, stale=gone | {num for num, _, _ in changed if num in known})
 
@@ -236,30 +242,38 @@ class RunIndex:
 
     # ----------------------------------------------------------------------- merging
 
-    def files(self) -> list[tuple[int, Path, int]]:
-        """(batch number, path, indexed size) of every indexed batch file, in batch order."""
-        return [(num, RunPaths(self.run_dir).batch(num), size) for num, size in
-                self.con.execute("SELECT batch_num, size FROM indexed_files ORDER BY batch_num").fetchall()]
+    def batch_count(self) -> int:
+        return self.con.execute("SELECT count(*) FROM indexed_files").fetchone()[0]
 
-    def winners(self) -> dict[int, bytearray]:
-        """Per batch number, a bitmap of its winning lines: the first successful line of each key
-        in journal order. A line without a key counts as the key NULL, as the merge always did.
+    def winning_files(self) -> Iterator[tuple[int, Path, int, set[int]]]:
+        """(batch number, path, indexed size, its winning lines) of every indexed batch file, in
+        batch order: a key's winner is its first successful line in journal order (a line without
+        a key counts as the key NULL, as the merge always did).
 
-        A bitmap costs one bit a line (12 KB for 100,000 trajectories); DuckDB's side is bounded
-        by its memory limit (a lean index spills to disk).
+        Streamed from two cursors walked side by side (the files, and the winners' journal
+        positions in order), so a merge holds one file's winners at a time: a list of every file
+        and a bitmap per file held 16 MB at 200,000 trajectories (bench/INFLIGHT_MEMORY.md,
+        fifth pass). DuckDB's side is bounded by its memory limit (a lean index spills to disk).
         """
-        bitmaps = {num: bytearray((lines + 7) // 8) for num, lines in self.con.execute(
-            "SELECT batch_num, max(line) + 1 FROM outcomes GROUP BY batch_num").fetchall()}
-        cur = self.con.cursor()
+        paths = RunPaths(self.run_dir)
+        files, wins = self.con.cursor(), self.con.cursor()
         try:
-            self._execute(cur, f"SELECT min({_POS}) FROM outcomes WHERE status IS DISTINCT FROM {_FAILED} GROUP BY key")
-            while chunk := cur.fetchmany(10_000):
-                for (pos,) in chunk:
-                    line = pos & 0xFFFFFFFF
-                    bitmaps[pos >> 32][line >> 3] |= 1 << (line & 7)
+            files.execute("SELECT batch_num, size FROM indexed_files ORDER BY batch_num")
+            self._execute(wins, f"""SELECT min({_POS}) AS pos FROM outcomes
+                                    WHERE status IS DISTINCT FROM {_FAILED} GROUP BY key ORDER BY pos""")
+            ahead = _rows(wins)
+            pos = next(ahead, None)
+            for chunk in iter(lambda: files.fetchmany(1024), []):
+                for num, size in chunk:
+                    lines = set()
+                    while pos is not None and pos >> 32 <= num:
+                        if pos >> 32 == num:
+                            lines.add(pos & 0xFFFFFFFF)
+                        pos = next(ahead, None)
+                    yield num, paths.batch(num), size, lines
         finally:
-            cur.close()
-        return bitmaps
+            files.close()
+            wins.close()
 
     def prompt_count(self) -> int:
         """Distinct keys in the journal, NULL counted as one (a run folder without run.json counts its prompts so)."""
@@ -306,6 +320,13 @@ class RunIndex:
 _POS = "(batch_num::BIGINT << 32 | line)"  # a line's place in the journal, as one number
 _TRIED = f"""WITH tried AS (SELECT key, count(*) FILTER (WHERE status <> {_FAILED}) AS ok, count(*) AS attempts
                             FROM outcomes WHERE key IS NOT NULL GROUP BY key) """
+
+
+def _rows(cur) -> Iterator[int]:
+    """The first column of a query's rows, fetched 10,000 at a time."""
+    while chunk := cur.fetchmany(10_000):
+        for (value,) in chunk:
+            yield value
 
 
 def _columns() -> dict[str, list]:

@@ -16,6 +16,7 @@ Tools keep their own folders beside these (images/, web_cache/: hermes/tools).
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,19 @@ class RunPaths:
     def batch_files(self) -> list[tuple[int, Path]]:
         """The journal's files on disk, by batch number."""
         return sorted((n, p) for p in self.root.glob(BATCH_GLOB) if (n := batch_num(p.name)) is not None)
+
+    def batch_sizes(self) -> dict[int, int]:
+        """The journal's files on disk: their sizes by batch number (numbers, not Path objects: a
+        run of a million prompts has 100,000 files)."""
+        sizes = {}
+        with os.scandir(self.root) as entries:
+            for e in entries:
+                if (n := batch_num(e.name)) is not None and e.is_file():
+                    try:
+                        sizes[n] = e.stat().st_size
+                    except FileNotFoundError:
+                        pass
+        return sizes
 
     @property
     def trajectories(self) -> Path:

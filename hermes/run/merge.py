@@ -47,7 +47,7 @@ def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, A
         final_errors = index.final_errors()
         retried = index.retried_attempts()
         total_prompts = manifest["total_prompts"] if "total_prompts" in manifest else index.prompt_count()
-        batches = len(index.files())
+        batches = index.batch_count()
     finally:
         index.close()
 
@@ -106,9 +106,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
     tools: dict[str, dict] = {}
     reasoning: dict[str, int] = {}
     api_calls = 0
-    winners = index.winners()
-    for num, path, size in index.files():
-        wins = winners.get(num, b"")
+    for num, path, size, wins in index.winning_files():
         for line, raw in journal_lines(path, size):
             parsed = split_entry(raw)
             if parsed is None:
@@ -119,7 +117,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
             api_calls += tail.get("api_calls", 0)
             usage.update({k: v for k, v in (meta.get("usage") or {}).items() if isinstance(v, int)})
             add_aux_usage(aux_usage, meta.get("aux_usage"))
-            if not wins[line >> 3] & (1 << (line & 7)):
+            if line not in wins:
                 continue
             status = meta.get("status")
             if status not in KEPT:
