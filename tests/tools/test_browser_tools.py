@@ -464,7 +464,9 @@ def test_chromium_runs_as_browser_user_and_a_download_lands_nowhere(site, tmp_pa
     # write where Playwright would put a download): this sees the outcome, not which of them held.
     places = [profile, Path("/tmp"), Path("/var/tmp"), Path("/root"), Path(pwd.getpwnam("nobody").pw_dir),
               Path(pwd.getpwnam("hermes-browser").pw_dir) if _has_user("hermes-browser") else Path("/nonexistent")]
-    found = [str(p) for place in places if place.exists() for p in place.rglob(DOWNLOAD)]
+    # os.walk, not rglob: other tests' sandbox folders come and go in /tmp meanwhile (rglob raises then)
+    found = [os.path.join(d, f) for place in places if place.exists() for d, _, files in os.walk(place)
+             for f in files if f == DOWNLOAD]
     assert found == []
 
 
