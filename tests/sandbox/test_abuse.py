@@ -90,9 +90,12 @@ def attacks(marker: Path, host_port: int, image: str) -> dict[str, str]:
                                 "cat /proc/net/route")),
         "root_fs": script(calls("echo pwned >> /etc/passwd", "touch /bin/evil", "mkdir /evil",
                                 {"name": "write_file", "arguments": {"path": "/usr/bin/evil", "content": "x"}})),
+        # the search of / in two calls: all of it at once took gVisor 4-5 s of the 5 s limit, and
+        # timed out on a loaded machine (an empty answer, no verdict)
         "host_files": script(calls(f"cat {marker}", f"ls -la {marker.parent}",
-                                   "find / -path /proc -prune -o -path /sys -prune -o -name 'host-marker*' -print"
-                                   " 2>/dev/null; echo searched",
+                                   "find / -path /proc -prune -o -path /sys -prune -o -path /usr -prune -o"
+                                   " -name 'host-marker*' -print 2>/dev/null; echo searched",
+                                   "find /usr -name 'host-marker*' -print 2>/dev/null; echo searched",
                                    "ls -la /var/run/docker.sock /run/docker.sock",
                                    {"name": "read_file", "arguments": {"path": str(marker)}})),
         "escalate": script(calls("id -u", "su root -c 'id -u'", "sudo id -u",
@@ -255,10 +258,11 @@ def test_root_filesystem_is_read_only(abuse_run):
 
 
 def test_host_files_are_out_of_reach(abuse_run):
-    cat, ls, find, socket, read = results(abuse_run, "host_files")
+    cat, ls, find, find_usr, socket, read = results(abuse_run, "host_files")
     assert cat["exit_code"] != 0 and "No such file" in cat["output"]
     assert ls["exit_code"] != 0
-    assert find["output"].strip() == "searched"
+    assert find["output"].strip() == "searched", find
+    assert find_usr["output"].strip() == "searched", find_usr
     # gVisor answers Debian's ls (statx) with EINVAL even for / itself; busybox's ls gets ENOENT there
     missing = "No such file|Invalid argument" if (abuse_run["runtime"], abuse_run["image"]) == ("runsc", "default") else "No such file"
     assert socket["exit_code"] != 0 and re.search(missing, socket["output"]), socket
