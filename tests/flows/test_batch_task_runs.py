@@ -78,7 +78,8 @@ def task_runs_of(ui: str, flow_run_id: str) -> dict[str, dict]:
                           json={"task_runs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200}).json()
 
     final = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-    found = until(lambda: (runs := read()) and all(t["state"]["type"] in final for t in runs) and runs,
+    # a task run the server has made from an event may have no state yet (null): not final
+    found = until(lambda: (runs := read()) and all((t["state"] or {}).get("type") in final for t in runs) and runs,
                   "every task run's final state to be recorded", 60)
     by_name = {t["name"]: t for t in found}
     assert len(by_name) == len(found), [t["name"] for t in found]  # every task run named once
