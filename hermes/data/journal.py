@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from hermes.data.run_paths import RunPaths
-
 
 
 class _SyncState:
@@ -25,16 +24,18 @@ class _SyncState:
         self.synced = 0
 
 
-_files: dict[str, _SyncState] = {}
+# A file's state lives while an append holds it: a run writes tens of thousands of batch files and
+# kept one state each for its whole length (about 1 KB a batch). Appends that overlap share one state,
+# which is all group commit needs; an append that finds none starts afresh and syncs its own line.
+_files: weakref.WeakValueDictionary[str, _SyncState] = weakref.WeakValueDictionary()
 _files_guard = threading.Lock()
 
 
 def _state_for(path: Path) -> _SyncState:
-    key = str(path)
-    state = _files.get(key)
-    if state is None:
-        with _files_guard:
-            state = _files.setdefault(key, _SyncState())
+    with _files_guard:
+        state = _files.get(str(path))
+        if state is None:
+            state = _files[str(path)] = _SyncState()
     return state
 
 
