@@ -36,8 +36,34 @@ from tasks.report import publish
 from tasks.run import merge_run, plan, run_batch_on_worker
 
 #: landed batches the merge's task run is drawn after (the graph's edges); a run of a hundred
-#: thousand batches keeps the last ones only, not a future per batch
+#: thousand batches keeps the last ones only, each a state without its data
 MERGE_EDGES = 1000
+
+
+def edge(state: State, token: str) -> State:
+    """What a later task run is drawn after: a task run's final state without its data (a token:
+    Prefect asks an upstream state for its result)."""
+    return State(type=state.type, name=state.name, state_details=state.state_details, data=token)
+
+
+class BatchThreadPool(ThreadPoolTaskRunner):
+    """Prefect's thread-pool task runner, forgetting a task run's cancel event once it has ended.
+
+    It keeps a threading.Event per submitted task run (~1.3 KB) until the pool closes, so that
+    closing can cancel them: 26 MB over a run of 20,000 batches. An ended task run has nothing
+    left to cancel."""
+
+    def submit(self, task, parameters, wait_for=None, dependencies=None):  # noqa: ANN001 (Prefect's own)
+        future = super().submit(task, parameters, wait_for=wait_for, dependencies=dependencies)
+        events = getattr(self, "_cancel_events", None)
+        if isinstance(events, dict):  # the attribute is Prefect's, not a promise: without it, nothing to do
+            future.add_done_callback(lambda done: events.pop(done.task_run_id, None))
+        return future
+
+    def cancel_all(self) -> None:
+        if isinstance(getattr(self, "_cancel_events", None), dict):
+            self._cancel_events = dict(self._cancel_events)  # callbacks pop from the old one: none mid-walk
+        super().cancel_all()
 
 
 class PrefectSteps(orchestration.Steps):
@@ -59,8 +85,7 @@ class PrefectSteps(orchestration.Steps):
         # What every batch is drawn after: the plan's state without its data. Prefect walks what
         # wait_for holds, and the plan's data is every batch of the run: walked once per batch,
         # it cost ~270 ms of the flow's CPU a batch at 512 batches (bench/FANOUT_REPORT.md).
-        self._planned = State(type=planned.type, name=planned.name, state_details=planned.state_details,
-                              data="planned")  # a token: Prefect asks an upstream state for its result
+        self._planned = edge(planned, "planned")
         return planned.result()
 
     def _after_plan(self) -> list[Any]:
@@ -91,7 +116,7 @@ class PrefectSteps(orchestration.Steps):
             # A thread per batch running: landing hands out only as many as the slots can take
             # (the prompts in flight plus a window of queued ones), stragglers included.
             threads = settings.num_workers + -(-settings.num_workers // settings.batch_size) + 2
-            with super().fan_out(settings) as plain, ThreadPoolTaskRunner(max_workers=threads) as pool:
+            with super().fan_out(settings) as plain, BatchThreadPool(max_workers=threads) as pool:
                 def here(batch: Batch, ctx) -> Any:
                     if self.link.lost:  # Prefect's API is gone: the batch runs without a task run
                         return plain(batch, ctx)
@@ -126,7 +151,7 @@ class PrefectSteps(orchestration.Steps):
             return future.result()
         future.wait()  # its final state as the task run returned it (a read from the API could be older)
         state = future.state
-        self._landed.append(future)
+        self._landed.append(edge(state, "landed"))  # not the future: its result, events and locks
         if state.name == PROMPTS_FAILED:
             return state.data
         try:

@@ -1,0 +1,62 @@
+"""A Prefect run holds what its batches in flight need, not something per batch it has run (issue 34).
+
+The real batch-run flow in this process on the test harness's Prefect server, sixty one-prompt
+batches (sixty task runs) two at a time; a thread counts, every few tenths of a second, the
+threading.Event objects alive. Prefect's thread-pool task runner keeps one per task run it was
+handed until the pool closes (a cancel switch, ~1.3 KB), and a task run's future has one: a run
+that kept either for every batch holds sixty more at its end than at its start.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from hermes.settings import RunSettings
+from tests.helpers import unique_run, write_dataset
+
+BATCHES = 60
+
+
+def events_alive() -> int:
+    gc.collect()
+    alive = gc.get_objects()
+    try:
+        return sum(isinstance(o, threading.Event) for o in alive)
+    finally:
+        del alive
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_run_of_many_batch_task_runs_keeps_none_per_batch(tmp_path, mock_llm):
+    from flows.batch import batch_run
+
+    dataset = write_dataset(tmp_path / "many.jsonl", [{"prompt": f"row {i}"} for i in range(BATCHES)])
+    settings = RunSettings(dataset_file=str(dataset), run_name=unique_run("events"), output_dir=str(tmp_path / "data"),
+                           batch_size=1, num_workers=2, base_url=mock_llm.base_url, model="m",
+                           distribution="terminal_only", sandbox={"backend": "local"})
+    before = events_alive()
+    counts: list[int] = []
+    running = threading.Event()
+    running.set()
+
+    def watch():
+        while running.is_set():
+            counts.append(events_alive())
+            running.wait(0.0) and threading.Event().wait(0.3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        stats = batch_run(settings=settings)
+    finally:
+        running.clear()
+        watcher.join()
+    assert stats["trajectories_written"] == BATCHES
+    assert len(counts) >= 6, counts  # it watched the run, not its end alone
+    # Threads (an Event each: the pool's, Prefect's services) and the batches in flight hold some, as
+    # many late as early; an Event kept a batch (a cancel switch, a landed future) adds one for each
+    # of the thirty-odd batches that land between the halves.
+    half = len(counts) // 2
+    assert max(counts[half:]) <= max(counts[:half]) + BATCHES // 6, (before, counts)
