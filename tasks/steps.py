@@ -21,9 +21,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from prefect import tags
 from prefect.client.schemas.objects import State
+from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.utilities.annotations import allow_failure, quote
+from prefect.utilities.collections import visit_collection
 
 from hermes.run import local_processes, merge
 from hermes.run import orchestration, remote
@@ -44,6 +46,31 @@ def edge(state: State, token: str) -> State:
     """What a later task run is drawn after: a task run's final state without its data (a token:
     Prefect asks an upstream state for its result)."""
     return State(type=state.type, name=state.name, state_details=state.state_details, data=token)
+
+
+def forget(state: State, result: Any) -> Any:
+    """Let the flow run's context go of a landed batch's result (returned as it is).
+
+    Prefect links every task run's result, and each object one level inside it, to a copy of the
+    task run's state (FlowRunContext.run_results, keyed by id) so that passing it to another task
+    draws an edge, and records each task run's assets (task_run_assets); neither is ever dropped
+    while the flow runs: ~3 KB a batch task run, 60 MB over 20,000 batches. A batch's outcome goes
+    to no other task (the merge is drawn after the landed states themselves)."""
+    flow_run = FlowRunContext.get()
+    task_run_id = state.state_details.task_run_id
+    if flow_run is None or task_run_id is None:
+        return result
+    linked = flow_run.run_results
+
+    def drop(obj: Any) -> None:
+        entry = linked.get(id(obj))
+        if entry is not None and entry[0].state_details.task_run_id == task_run_id:
+            del linked[id(obj)]
+
+    visit_collection(result, drop, max_depth=1)
+    if not flow_run.task_run_assets.get(task_run_id, True):  # an empty set: no asset to pass on
+        del flow_run.task_run_assets[task_run_id]
+    return result
 
 
 class BatchThreadPool(ThreadPoolTaskRunner):
@@ -153,9 +180,9 @@ class PrefectSteps(orchestration.Steps):
         state = future.state
         self._landed.append(edge(state, "landed"))  # not the future: its result, events and locks
         if state.name == PROMPTS_FAILED:
-            return state.data
+            return forget(state, state.data)
         try:
-            return future.result()
+            return forget(state, future.result())
         except Exception:
             if self.link.answers() or local_processes.elsewhere(ctx.settings):
                 raise

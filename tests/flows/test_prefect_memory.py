@@ -4,7 +4,9 @@ The real batch-run flow in this process on the test harness's Prefect server, si
 batches (sixty task runs) two at a time; a thread counts, every few tenths of a second, the
 threading.Event objects alive. Prefect's thread-pool task runner keeps one per task run it was
 handed until the pool closes (a cancel switch, ~1.3 KB), and a task run's future has one: a run
-that kept either for every batch holds sixty more at its end than at its start.
+that kept either for every batch holds sixty more at its end than at its start. It counts the
+batches' final states too: Prefect's flow run context links each task run's result to a copy of
+its state (for dependency edges) and never lets go while the flow runs.
 """
 from __future__ import annotations
 
@@ -19,13 +21,18 @@ from tests.helpers import unique_run, write_dataset
 BATCHES = 60
 
 
-def events_alive() -> int:
+def alive() -> tuple[int, int]:
+    """(threading.Event objects, batch task runs' final states) alive now."""
+    from prefect.client.schemas.objects import State
+
     gc.collect()
-    alive = gc.get_objects()
+    objects = gc.get_objects()
     try:
-        return sum(isinstance(o, threading.Event) for o in alive)
+        return (sum(isinstance(o, threading.Event) for o in objects),
+                sum(isinstance(o, State) and isinstance(o.message, str) and o.message.startswith("batch ")
+                    for o in objects))
     finally:
-        del alive
+        del objects
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -36,14 +43,14 @@ def test_a_run_of_many_batch_task_runs_keeps_none_per_batch(tmp_path, mock_llm):
     settings = RunSettings(dataset_file=str(dataset), run_name=unique_run("events"), output_dir=str(tmp_path / "data"),
                            batch_size=1, num_workers=2, base_url=mock_llm.base_url, model="m",
                            distribution="terminal_only", sandbox={"backend": "local"})
-    before = events_alive()
-    counts: list[int] = []
+    before = alive()
+    counts: list[tuple[int, int]] = []
     running = threading.Event()
     running.set()
 
     def watch():
         while running.is_set():
-            counts.append(events_alive())
+            counts.append(alive())
             running.wait(0.0) and threading.Event().wait(0.3)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -55,8 +62,12 @@ def test_a_run_of_many_batch_task_runs_keeps_none_per_batch(tmp_path, mock_llm):
         watcher.join()
     assert stats["trajectories_written"] == BATCHES
     assert len(counts) >= 6, counts  # it watched the run, not its end alone
+    half = len(counts) // 2
+    events, states = [c[0] for c in counts], [c[1] for c in counts]
     # Threads (an Event each: the pool's, Prefect's services) and the batches in flight hold some, as
     # many late as early; an Event kept a batch (a cancel switch, a landed future) adds one for each
     # of the thirty-odd batches that land between the halves.
-    half = len(counts) // 2
-    assert max(counts[half:]) <= max(counts[:half]) + BATCHES // 6, (before, counts)
+    assert max(events[half:]) <= max(events[:half]) + BATCHES // 6, (before, counts)
+    # A batch's final state (its message "batch N: ...") while it lands, not after: the flow run's
+    # context linked each task run's result to a copy of its state for the run's whole length.
+    assert max(states) <= 2 * (2 + 1 + 2), (before, counts)
