@@ -1,10 +1,11 @@
 """Data scale in flight: a run's peak memory against its dataset's length (issue 34).
 
     python -m bench.inflight_memory --prompts 2000,20000,200000 --engines direct,prefect
+    python -m bench.inflight_memory --prompts 2000 --engines direct --num_workers 16,64,256
 
 Each run: `batch_runner.py` over N one-line prompts, `--sandbox_backend local`, `--distribution
 terminal_only` (one write_file and one terminal call a prompt, a folder each), the bundled mock at
-zero latency, `--num_workers 64`, `--batch_size 10`; the peak RSS of the run's process tree (the
+zero latency, `--num_workers 64` (or --num_workers), `--batch_size 10`; the peak RSS of the run's process tree (the
 run and its children; the mock and, on the Prefect engine, the background server are outside it,
 the server's own growth is reported beside) sampled every 0.5 s, the run's own process's peak
 RSS as the kernel counts it (VmHWM, read every 50 ms), and prompts a second. Prints one
@@ -46,16 +47,16 @@ def server_rss(home: Path) -> int | None:
         return None
 
 
-def one(n: int, engine: str, scratch: Path, base_url: str, home: Path) -> dict:
+def one(n: int, engine: str, scratch: Path, base_url: str, home: Path, workers: int = 64) -> dict:
     data = scratch / f"d{n}.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps({"prompt": f"prompt number {i} of the data-scale run"}) + "\n"
                                 for i in range(n)))
-    name = f"mem-{engine}-{n}-{int(time.time())}"
+    name = f"mem-{engine}-{n}-w{workers}-{int(time.time())}"
     env = {**os.environ, "PREFECT_HOME": str(home), "HERMES_API_KEY": "k"}
     env.pop("PREFECT_API_URL", None)
     cmd = [sys.executable, str(REPO / "batch_runner.py"), f"--dataset_file={data}", "--batch_size=10",
-           f"--run_name={name}", f"--base_url={base_url}", "--model=m", "--num_workers=64",
+           f"--run_name={name}", f"--base_url={base_url}", "--model=m", f"--num_workers={workers}",
            "--distribution=terminal_only", "--sandbox_backend=local", f"--engine={engine}",
            f"--output_dir={scratch / 'data'}"]
     server_before = server_rss(home)
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", default="2000,20000")
     p.add_argument("--engines", default="direct,prefect")
+    p.add_argument("--num_workers", default="64", help="prompts in flight; a comma list runs each")
     p.add_argument("--output", default=None)
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -104,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir()
         try:
             for n in [int(x) for x in a.prompts.split(",")]:
-                for engine in a.engines.split(","):
-                    res = one(n, engine, scratch, llm.base_url, home)
+                for engine, workers in [(e, int(w)) for e in a.engines.split(",") for w in a.num_workers.split(",")]:
+                    res = one(n, engine, scratch, llm.base_url, home, workers)
+                    res["num_workers"] = workers
                     print(json.dumps(res), flush=True)
                     if a.output:
                         with open(a.output, "a") as f:
