@@ -58,18 +58,20 @@ def forget(state: State, result: Any) -> Any:
     to no other task (the merge is drawn after the landed states themselves)."""
     flow_run = FlowRunContext.get()
     task_run_id = state.state_details.task_run_id
-    if flow_run is None or task_run_id is None:
+    linked = getattr(flow_run, "run_results", None)  # Prefect's fields: an older one may lack them
+    if not isinstance(linked, dict) or task_run_id is None:
         return result
-    linked = flow_run.run_results
 
     def drop(obj: Any) -> None:
         entry = linked.get(id(obj))
-        if entry is not None and entry[0].state_details.task_run_id == task_run_id:
+        linked_state = entry[0] if isinstance(entry, tuple) else entry
+        if getattr(getattr(linked_state, "state_details", None), "task_run_id", None) == task_run_id:
             del linked[id(obj)]
 
     visit_collection(result, drop, max_depth=1)
-    if not flow_run.task_run_assets.get(task_run_id, True):  # an empty set: no asset to pass on
-        del flow_run.task_run_assets[task_run_id]
+    assets = getattr(flow_run, "task_run_assets", None)
+    if isinstance(assets, dict) and not assets.get(task_run_id, True):  # an empty set: nothing to pass on
+        del assets[task_run_id]
     return result
 
 
