@@ -22,14 +22,15 @@ BATCHES = 60
 
 
 def alive() -> tuple[int, int]:
-    """(threading.Event objects, batch task runs' final states) alive now."""
+    """(threading.Event objects, batch task runs' final states) alive now (a state another thread is
+    still building has no message yet)."""
     from prefect.client.schemas.objects import State
 
     gc.collect()
     objects = gc.get_objects()
     try:
         return (sum(isinstance(o, threading.Event) for o in objects),
-                sum(isinstance(o, State) and isinstance(o.message, str) and o.message.startswith("batch ")
+                sum(isinstance(o, State) and isinstance(getattr(o, "message", None), str) and o.message.startswith("batch ")
                     for o in objects))
     finally:
         del objects
