@@ -6,9 +6,8 @@
 Each run: `batch_runner.py` over N one-line prompts, `--sandbox_backend local`, `--distribution
 terminal_only` (one write_file and one terminal call a prompt, a folder each), the bundled mock at
 zero latency, `--num_workers 64` (or each of --num_workers's list), `--batch_size 10`; the peak RSS of
-the run's process tree (the
-run and its children; the mock and, on the Prefect engine, the background server are outside it,
-the server's own growth is reported beside) sampled every 0.5 s, the run's own process's peak
+the run's process tree (the run and its children; the mock and, on the Prefect engine, the
+background server are outside it, the server's own growth is reported beside) sampled every 0.5 s, the run's own process's peak
 RSS as the kernel counts it (VmHWM, read every 50 ms), and prompts a second. Prints one
 JSON line per run; --output appends them to a file.
 """
