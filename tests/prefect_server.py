@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+
+from tests.helpers import free_port
 
 
 @dataclass
@@ -66,33 +67,37 @@ def migrated_database() -> Path:
     return _MIGRATED
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running_prefect_server(home: Path, startup_timeout: float = 180,
                            extra_env: dict[str, str] | None = None) -> Iterator[PrefectServer]:
     home.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
     db = home / "prefect.db"
     if not db.exists():
         shutil.copyfile(migrated_database(), db)
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
-           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
-           "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore", **(extra_env or {})}
     log = home / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port), "--analytics-off", "--no-ui"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    tries = 3  # the free port found can be taken by a test beside this one before the server binds it
+
+    def start() -> tuple[str, dict[str, str], subprocess.Popen]:
+        port = free_port()
+        api_url = f"http://127.0.0.1:{port}/api"
+        env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url,
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
+               "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
+               "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore", **(extra_env or {})}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                     "--port", str(port), "--analytics-off", "--no-ui"],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return api_url, env, proc
+
+    api_url, env, proc = start()
     try:
         deadline = time.monotonic() + startup_timeout
         while True:
+            if proc.poll() is not None and tries > 1 and "already in use" in log.read_text():
+                tries -= 1
+                api_url, env, proc = start()
+                continue
             if proc.poll() is not None:
                 raise RuntimeError(f"prefect server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
             try:
