@@ -240,6 +240,21 @@ def test_long_output_counts_what_was_cut(sb):
 
 @docker_test
 @both_backends
+def test_every_byte_of_a_command_and_its_cwd_arrives_as_written(make):
+    """The channel hands a request's arguments over as shell words: quotes, newlines, `$(...)`,
+    backslashes and bytes that are not UTF-8 reach the sandbox unchanged (NUL cannot be in a command)."""
+    text = "".join(map(chr, range(1, 128))) + "\n'\"$(touch pwned)`\\'\n" + bytes(range(128, 256)).decode("utf-8", "surrogateescape")
+    cwd = "/tmp/we ird'\n$(touch pwned2) \\dir"
+    sb = make(cwd=cwd)
+    r = sb.exec(f"cat > out <<'HERMES_END'\n{text}\nHERMES_END\npwd")
+    assert (r.exit_code, r.output) == (0, cwd + "\n"), r
+    assert sb.read_file("out") == text.encode("utf-8", "surrogateescape") + b"\n"
+    made = "for d in / /tmp /workspace \"$PWD\"; do ls -d \"$d/pwned\" \"$d/pwned2\"; done 2>/dev/null | wc -l"
+    assert sb.exec(made).output.strip() == "0"
+
+
+@docker_test
+@both_backends
 def test_invalid_utf8_survives(sb):
     r = sb.exec(r"printf 'ok \377\376 end\n'")
     assert r.exit_code == 0

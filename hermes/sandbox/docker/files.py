@@ -10,7 +10,7 @@ from typing import Callable
 
 from hermes.sandbox.base import SandboxError
 from hermes.sandbox.docker import channel
-from hermes.sandbox.docker.channel import arg
+from hermes.sandbox.docker.channel import request
 
 #: builds a request's bytes from its nonce
 Request = Callable[[str], bytes]
@@ -25,7 +25,7 @@ class ChannelFiles:
         return max(self.settings.command_timeout, 30.0) + size / (5 << 20)
 
     def _read_file(self, path: str) -> bytes:
-        answer = self._file_request(lambda n: f"{n} r {arg(self.cwd)} {arg(path)}\n".encode(), self._file_timeout())
+        answer = self._file_request(lambda n: request(n, "r", args=(self.cwd, path)), self._file_timeout())
         if answer is not None:
             code, payload = answer
             if code == 0:
@@ -43,7 +43,7 @@ class ChannelFiles:
         if isinstance(data, str):
             data = data.encode("utf-8")
         data = bytes(data)
-        answer = self._file_request(lambda n: f"{n} w {arg(self.cwd)} {arg(path)} {len(data)}\n".encode() + data,
+        answer = self._file_request(lambda n: request(n, "w", str(len(data)), args=(self.cwd, path)) + data,
                                     self._file_timeout(len(data)))
         if answer is not None:
             if answer[0] != 0:

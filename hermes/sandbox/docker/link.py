@@ -22,7 +22,7 @@ from hermes.sandbox.docker.channel import (
     STALE_LIMIT,
     Channel,
     ChannelLost,
-    arg,
+    request,
     server_text,
 )
 from hermes.sandbox.docker.engine import engine_call
@@ -93,7 +93,7 @@ class ChannelLink:
         deadline = time.monotonic() + CHANNEL_HELLO_TIMEOUT
         try:
             chan.pid = hello(chan, text, deadline)
-            code, payload = self.request(chan, f"{nonce} p {arg('hermes')}\n".encode(), nonce, deadline)
+            code, payload = self.request(chan, request(nonce, "p", args=("hermes", "a'b\n")), nonce, deadline)
         except SandboxError as e:
             code, payload = None, str(e).encode()
         if code != 0:

@@ -44,7 +44,7 @@ from hermes.sandbox.base import (
     resolve_cwd,
 )
 from hermes.sandbox.docker import channel, networked
-from hermes.sandbox.docker.channel import STALE_LIMIT, ChannelLost, Frames, arg, fmt_seconds
+from hermes.sandbox.docker.channel import STALE_LIMIT, ChannelLost, Frames, fmt_seconds, request
 from hermes.sandbox.docker.container import container_args
 from hermes.sandbox.docker.files import ChannelFiles
 from hermes.sandbox.docker.engine import (
@@ -302,9 +302,9 @@ class DockerSandbox(ChannelFiles):
             with self._link.using() as chan:
                 if chan is None:
                     break
-                request = f"{nonce} x {fmt_seconds(limit)} {arg(workdir)} {arg(command)}\n".encode()
+                line = request(nonce, "x", fmt_seconds(limit), args=(workdir, command))
                 try:
-                    chan.send(request, deadline)
+                    chan.send(line, deadline)
                 except OSError:
                     self._link.drop(chan)
                     continue
