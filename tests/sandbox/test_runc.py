@@ -131,24 +131,34 @@ def test_cgroups_docker_socket_and_host_root_are_out_of_reach(sb):
     assert sb.exec("grep Seccomp: /proc/self/status").output.split() == ["Seccomp:", "2"]
 
 
-def _crash(image: str, run: str, code: str = "") -> None:
-    """A process that opens two runc sandboxes and dies without closing them."""
+def _crash(image: str, run: str, code: str = "", then: str = "") -> list[str]:
+    """A process that opens two runc sandboxes and dies without closing them (after `then`)."""
     script = textwrap.dedent(f"""
-        import os
+        import os, time
         from hermes.sandbox import get_backend, base
         from hermes.sandbox.base import SandboxSettings, SandboxSpec
+        from hermes.sandbox.runc import reaper, state
         {code}
         b = get_backend(SandboxSettings(backend="runc"))
         boxes = [b.open(SandboxSpec(image={image!r}, run_id={run!r}, lifetime=LIFETIME)) for _ in range(2)]
         print(" ".join(x.name for x in boxes), flush=True)
+        {then}
         os._exit(0)
     """)
     return subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True,
                           text=True).stdout.split()
 
 
-def test_a_dead_owner_s_sandboxes_end_and_the_next_run_removes_them_whatever_its_run(backend, sandbox_image):
-    names = _crash(sandbox_image, f"{RUN_ID}-crashed", "LIFETIME = None")
+def test_a_killed_owner_s_reaper_removes_its_sandboxes_at_once(sandbox_image):
+    names = _crash(sandbox_image, f"{RUN_ID}-killed", "LIFETIME = None")
+    # no deadline, no later run: the owner's reaper saw its pipe close and removed them
+    until(lambda: all(traces(n) == [] for n in names), "the reaper to remove the sandboxes", timeout=30)
+
+
+def test_without_its_reaper_a_dead_owner_s_sandboxes_stop_and_the_next_run_removes_them(backend, sandbox_image):
+    # the reaper killed first (as a kill of every process would): the next run's sweep is the way left
+    names = _crash(sandbox_image, f"{RUN_ID}-crashed", "LIFETIME = None",
+                   "r = reaper.reaper(str(state.RUNC_ROOT), str(state.BOXES)); r.proc.kill(); r.proc.wait()")
     # its end of the channel's pipes closed: each sandbox's PID 1 read end of file and exited
     from hermes.sandbox.runc import state
 
@@ -166,10 +176,18 @@ def test_a_dead_owner_s_sandboxes_end_and_the_next_run_removes_them_whatever_its
         live.close()
 
 
-def test_a_sandbox_past_its_lifetime_is_removed_by_itself(sandbox_image):
-    names = _crash(sandbox_image, f"{RUN_ID}-lifetime", "base.LIFETIME_MARGIN = 1.0; LIFETIME = 1.0")
-    # nobody cleans up: the sandboxes' own reapers remove them once lifetime + margin is past
-    until(lambda: all(traces(n) == [] for n in names), "the sandboxes to remove themselves", timeout=60)
+def test_a_sandbox_past_its_lifetime_is_removed_while_its_owner_lives(sandbox_image, tmp_path):
+    done = tmp_path / "gone"
+    # the owner waits, alive, until its reaper has removed both sandboxes (lifetime 1 s + margin 1 s)
+    names = _crash(sandbox_image, f"{RUN_ID}-lifetime", "base.LIFETIME_MARGIN = 1.0; LIFETIME = 1.0", textwrap.dedent(f"""
+        t = time.monotonic() + 60
+        while time.monotonic() < t and any((state.BOXES / x.name).exists() or (state.RUNC_ROOT / x.name).exists()
+                                           for x in boxes):
+            time.sleep(0.2)
+        open({str(done)!r}, "w").write(str(reaper.reaper("", "").proc.poll()))
+    """).replace("\n", "\n        "))
+    assert done.read_text() == "None"  # the reaper removed them and was still running: its owner lived
+    assert [traces(n) for n in names] == [[], []]
 
 
 def test_sigterm_removes_the_run_s_sandboxes_before_the_process_ends(sandbox_image, tmp_path):

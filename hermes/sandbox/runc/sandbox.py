@@ -6,9 +6,9 @@ Opening it is one `runc run --detach` of a bundle (spec.py) over the image's sha
 file operation costs no process start on the host. A call that cannot have the channel (a
 concurrent one, or after a request did not end cleanly) gets a `runc exec` of its own running
 the same wrapper texts. A flood's or a time-out's kill is done from the host, on the command's
-process group found in the sandbox's cgroup. A sandbox with a lifetime also gets a host-side
-reaper (a detached `sleep; runc delete`) that removes it past spec.deadline(), even when this
-process has died. close() removes it: `runc delete --force`, its cgroup, its folder (state.py).
+process group found in the sandbox's cgroup. This process's reaper (reaper.py) is told of it:
+it removes the sandbox past spec.deadline(), and at once when this process dies. close()
+removes it: its processes, its cgroup, runc's state, its folder (state.py).
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from pathlib import Path
 from hermes.sandbox import lifecycle
 from hermes.sandbox.base import ExecResult, OutputCap, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
 from hermes.sandbox.docker import channel
-from hermes.sandbox.docker.channel import STALE_LIMIT, arg, fmt_seconds
+from hermes.sandbox.docker.channel import STALE_LIMIT, fmt_seconds, request
 from hermes.sandbox.docker.output import Outcome, finish, read_output
 from hermes.sandbox.docker.files import ChannelFiles
 from hermes.sandbox.docker.sandbox import HOST_GRACE
-from hermes.sandbox.runc import state
+from hermes.sandbox.runc import reaper, state
 from hermes.sandbox.docker.link import hello
 from hermes.sandbox.runc.pipes import InitLink, PipeChannel, PipeFrames
 from hermes.sandbox.runc.rootfs import image_root
@@ -54,7 +54,6 @@ class RuncSandbox(ChannelFiles):
         self._closed = False
         self._lock = threading.Lock()
         self._oom_seen = 0
-        self._reaper: subprocess.Popen | None = None
         self._init: subprocess.Popen | None = None
         self._start(seccomp)
 
@@ -119,14 +118,11 @@ class RuncSandbox(ChannelFiles):
             raise SandboxError(f"cannot start a runc sandbox from {self.spec.image}: {why[-500:] or f'exit {code}'}")
 
     def _watch_lifetime(self) -> None:
-        deadline = self.spec.deadline()
-        if deadline is None:
-            return
-        # Detached from this process: it removes the sandbox past its deadline even if we die.
-        self._reaper = subprocess.Popen(
-            ["sh", "-c", 'sleep "$1"; runc --root "$2" delete --force "$3"; rm -rf -- "$4"', "hermes-runc-reaper",
-             fmt_seconds(deadline), str(state.RUNC_ROOT), self.name, str(self.box)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        """Tell this process's reaper: it removes the sandbox past its deadline, or at once if we die."""
+        found = reaper.reaper(str(state.RUNC_ROOT), str(state.BOXES))
+        if found is not None:
+            deadline = self.spec.deadline()
+            found.track(self.name, None if deadline is None else time.time() + deadline)
 
     def _usable(self) -> bool:
         return not self._closed
@@ -146,12 +142,6 @@ class RuncSandbox(ChannelFiles):
             self._closed = True
         if getattr(self, "_link", None) is not None:
             self._link.close()
-        if self._reaper is not None:
-            try:
-                os.killpg(self._reaper.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._reaper.wait()
         state.removals.closed(self.name, wait)
         if self._init is not None:
             for f in (self._init.stdin, self._init.stdout, self._init.stderr):
@@ -261,9 +251,9 @@ class RuncSandbox(ChannelFiles):
         proc: subprocess.Popen | None = None
         with self._link.using() as chan:
             if chan is not None:
-                request = f"{nonce} x {fmt_seconds(limit)} {arg(workdir)} {arg(command)}\n".encode()
+                line = request(nonce, "x", fmt_seconds(limit), args=(workdir, command))
                 try:
-                    chan.send(request, deadline)
+                    chan.send(line, deadline)
                     out = self._read(chan.frames, nonce, deadline, cap, f"\n{nonce} s\n".encode())
                     if out.end is None or out.stale > STALE_LIMIT:
                         self._link.drop(chan)

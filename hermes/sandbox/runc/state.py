@@ -8,8 +8,8 @@
 A sandbox is removed by killing what its cgroup holds and removing the cgroup, runc's state
 and its folder by hand (`runc delete --force` where that cannot be done: remove_box). A sandbox whose owner process
 is dead (lifecycle.owner_alive) may be removed by anyone: the next run's start on this host,
-whatever its run, and `hermes-batch sandbox cleanup`. Sandboxes still open at interpreter exit
-are removed then (Removals.close_all).
+whatever its run, and `hermes-batch sandbox cleanup`; a dead owner's reaper removes them at once
+(reaper.py). Sandboxes still open at interpreter exit are removed then (Removals.close_all).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Any
 
 from hermes.environment import read
 from hermes.sandbox import lifecycle
+from hermes.sandbox.runc import reaper
 from hermes.sandbox.base import LABEL_OWNER, LABEL_PROMPT, LABEL_RUN, Leftover, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,10 @@ def remove_box(name: str) -> bool:
             except OSError:
                 pass
     shutil.rmtree(BOXES / name, ignore_errors=True)
-    return not (BOXES / name).exists() and not (RUNC_ROOT / name).exists()
+    gone = not (BOXES / name).exists() and not (RUNC_ROOT / name).exists()
+    if gone:
+        reaper.forget(name)
+    return gone
 
 
 def _kill_cgroup(d: Path) -> bool:
