@@ -253,3 +253,26 @@ def test_output_still_in_the_pipe_when_stderr_ends_is_read():
     frames.close()
     os.close(out_w)
     assert got == [(1, b"quick\n\nNONCE 0 0\n")]
+
+
+I386_GETPID = """
+import ctypes, mmap, os
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))  # mov eax, 20 (i386 getpid); int 0x80; ret
+call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+print("native", os.getpid(), flush=True)
+print("i386", call(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the 32-bit ABI probed is x86's")
+def test_only_the_native_syscall_abi_is_allowed(backend, default_image):
+    """The engine's seccomp profile on the native ABI only: a 32-bit syscall kills its caller."""
+    box = backend.open(SandboxSpec(image=default_image, run_id=RUN_ID, prompt_id="abi"))
+    try:
+        box.write_file("/tmp/abi.py", I386_GETPID.encode())
+        r = box.exec("python3 /tmp/abi.py; echo rc=$?")
+        assert r.output.startswith("native ") and "i386" not in r.output, r.output
+        assert r.output.endswith("rc=159\n"), r.output  # 128 + SIGSYS
+    finally:
+        box.close()

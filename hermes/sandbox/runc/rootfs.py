@@ -139,6 +139,13 @@ def prepare_mount_points(root: ImageRoot, points: list[str]) -> None:
 # --------------------------------------------------------------------------- seccomp
 
 _seccomp: dict | None = None
+#: the one syscall ABI a sandbox may use, by host machine: the engine's section also allows the
+#: 32-bit ones (i386 and x32 on x86_64, arm on aarch64). Compiling the filter for three ABIs was a
+#: quarter of a sandbox's start, in runc's init (libseccomp; bench/RUNC_REPORT.md); a 32-bit
+#: program is refused with SIGSYS instead, as gVisor, which runs none, refuses it. Other
+#: machines keep the engine's list.
+NATIVE_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64", "arm64": "SCMP_ARCH_AARCH64",
+               "ppc64le": "SCMP_ARCH_PPC64LE", "s390x": "SCMP_ARCH_S390X"}
 #: where the Docker engine's containerd keeps a running container's OCI bundle
 BUNDLES = ("/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/{id}/config.json",
            "/run/containerd/io.containerd.runtime.v2.task/moby/{id}/config.json")
@@ -147,7 +154,8 @@ BUNDLES = ("/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/{id
 def docker_seccomp() -> dict:
     """The seccomp section the Docker engine generates from its default profile for a container
     with every capability dropped, read from that container's OCI bundle (so it is the engine's
-    own, for this kernel and architecture, fetched from nowhere). Kept in CACHE per engine version."""
+    own, for this kernel and architecture, fetched from nowhere), for the native ABI only
+    (NATIVE_ARCH). Kept in CACHE per engine version, as the engine gave it."""
     global _seccomp
     if _seccomp is not None:
         return _seccomp
@@ -161,15 +169,22 @@ def docker_seccomp() -> dict:
         version = client.version().get("Version", "unknown")
         cached = CACHE / f"seccomp-docker-{version}-{platform.machine()}.json"
         if cached.is_file():
-            _seccomp = json.loads(cached.read_text())
-            return _seccomp
-        section = _capture(client, MINI_IMAGE)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(section))
-        tmp.rename(cached)
-        _seccomp = section
+            section = json.loads(cached.read_text())
+        else:
+            section = _capture(client, MINI_IMAGE)
+            CACHE.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(section))
+            tmp.rename(cached)
+        _seccomp = native_only(section)
+        return _seccomp
+
+
+def native_only(section: dict) -> dict:
+    native = NATIVE_ARCH.get(platform.machine())
+    if native is None or native not in section.get("architectures", [native]):
         return section
+    return dict(section, architectures=[native])
 
 
 def _capture(client, image: str) -> dict:
