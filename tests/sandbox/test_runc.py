@@ -276,3 +276,17 @@ def test_only_the_native_syscall_abi_is_allowed(backend, default_image):
         assert r.output.endswith("rc=159\n"), r.output  # 128 + SIGSYS
     finally:
         box.close()
+
+
+def test_waiting_for_runc_wakes_at_its_exit_and_bounds_a_hang():
+    from hermes.sandbox.runc.sandbox import wait_exit
+
+    assert wait_exit(subprocess.Popen(["sh", "-c", "exit 3"]), 10) == 3
+    hung = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_exit(hung, 0.3)
+        assert hung.poll() is None
+    finally:
+        hung.kill()
+        hung.wait()

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import secrets
+import select
 import signal
 import subprocess
 import threading
@@ -41,6 +42,21 @@ log = logging.getLogger(__name__)
 #: seconds `runc run` (and the channel's greeting) may take
 START_TIMEOUT = 30.0
 MAX_READ_BYTES = 256 << 20
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float) -> int:
+    """proc's exit code, woken the moment it exits: Popen.wait(timeout) polls with sleeps that
+    grow to 50 ms, which added about 10 ms to every `runc run` of 20 (measured with cProfile)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # before Linux 5.3
+        return proc.wait(timeout)
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait()
 
 
 class RuncSandbox(ChannelFiles):
@@ -106,7 +122,7 @@ class RuncSandbox(ChannelFiles):
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       start_new_session=True)
         try:
-            code = self._init.wait(START_TIMEOUT)
+            code = wait_exit(self._init, START_TIMEOUT)
         except subprocess.TimeoutExpired as e:
             raise SandboxError(f"runc run of {self.name} did not finish within {START_TIMEOUT:g}s") from e
         if code != 0:
