@@ -132,16 +132,17 @@ def _flat(values: list[Any]) -> list[Any]:
     return [v for value in values for v in (value if isinstance(value, list) else [value])]
 
 
-def _call_of(obj: Any, fmt: str) -> TextCall | None:
+def _call_of(obj: Any, fmt: str, marked: bool = True) -> TextCall | None:
     """A call from an object of the call's shape: `name` and `arguments` (or `parameters`), nothing
-    else but an `id`/`type`; OpenAI's own `{"type": "function", "function": {...}}` too."""
+    else but an `id`/`type`; OpenAI's own `{"type": "function", "function": {...}}` too. Inside a
+    marker the arguments may be left out (a tool without any); unmarked, a bare `{"name": ...}` is a record."""
     if isinstance(obj, dict) and isinstance(obj.get("function"), dict) and set(obj) <= {"id", "type", "function"}:
         obj = obj["function"]
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"].strip():
         return None
     keys = set(obj) - {"id", "type"}
     args_key = "arguments" if "arguments" in obj else "parameters" if "parameters" in obj else None
-    if keys - {"name", args_key}:
+    if keys - {"name", args_key} or (args_key is None and not marked):
         return None
     return TextCall(obj["name"].strip(), encode_arguments(obj.get(args_key) if args_key else None), fmt)
 
@@ -266,7 +267,7 @@ def _unmarked(body: str, tools: dict[str, dict], explicit: bool, fmt: str) -> li
     values = _objects(body)
     if values is None:
         return []
-    calls = [_call_of(v, fmt) for v in _flat(values)]
+    calls = [_call_of(v, fmt, marked=False) for v in _flat(values)]
     if not calls or not all(calls):
         return []
     if not explicit and not all(c.name in tools for c in calls):  # type: ignore[union-attr]
