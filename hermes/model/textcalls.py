@@ -168,6 +168,10 @@ def _marked_json(inner: str, fmt: str) -> list[TextCall]:
 def _qwen3_coder_call(name: str, body: str, tools: dict[str, dict]) -> TextCall:
     """`<function=NAME><parameter=K>value</parameter>...</function>`: each value a string unless the
     tool's schema says otherwise, then read as JSON (as vLLM's qwen3_coder parser does)."""
+    if "<parameter=" not in body and body.strip().startswith("{"):  # JSON arguments inside the XML tags
+        values = _objects(body.strip())
+        if values and len(values) == 1 and isinstance(values[0], dict):
+            return TextCall(name, encode_arguments(values[0]), "qwen3_coder")
     props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
     args: dict[str, Any] = {}
     for key, raw in _QWEN_PARAMETER.findall(body):
