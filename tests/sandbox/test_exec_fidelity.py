@@ -216,3 +216,37 @@ def test_python_catches_the_sigint_another_command_sends(backend, images):
     finally:
         signal.signal(signal.SIGINT, before)
     assert (result.output, result.exit_code) == ("KeyboardInterrupt\n", 0)
+
+
+PYTHON_CATCH = ("python3 -c 'import time\ntry:\n    time.sleep(20)\n    print(\"slept on\")\n"
+                "except KeyboardInterrupt:\n    print(\"KeyboardInterrupt\")'")
+
+
+@pytest.mark.parametrize("backend", ["docker", "runc"])
+def test_a_background_process_catches_sigint_too(backend, images):
+    # terminal(background=true)'s processes were shell background jobs: SIGINT ignored for good
+    import json
+
+    from hermes.tools.processes import start_background
+    from tests.helpers import until
+
+    settings = SandboxSettings(backend=backend, command_timeout=30, output_limit=2000)
+    box = get_backend(settings).open(SandboxSpec(image=images["default"], run_id=RUN_ID, prompt_id="bg-sigint"))
+    try:
+        started = json.loads(start_background(box, "exec " + PYTHON_CATCH, None))
+        assert started["exit_code"] == 0, started
+
+        def python_ready() -> str | None:
+            """python's pid once its SIGINT handler is in (SigCgt bit 2): a SIGINT before would kill it"""
+            found = box.exec(f"p=$(pgrep -s {started['pid']} python3) && echo $p && grep -E 'SigIgn|SigCgt' /proc/$p/status")
+            words = found.output.split()
+            if len(words) == 5 and int(words[4], 16) & 2:
+                assert int(words[2], 16) & 0b110 == 0, found.output  # SIGINT, SIGQUIT (python ignores PIPE, XFSZ)
+                return words[0]
+            return None
+
+        pid = until(python_ready, "the background python's SIGINT handler", timeout=60)
+        box.exec(f"kill -INT {pid}")
+        until(lambda: box.read_file(started["log_file"]) == b"KeyboardInterrupt\n", "the KeyboardInterrupt", timeout=60)
+    finally:
+        box.close()
