@@ -109,6 +109,9 @@ def fields(text: str) -> dict[str, str]:
     out["tty"], out["tpgid"] = str(tty), str(tpgid)
     out["cwd"] = sections["cwd"][0]
     out["uid"], out["gid"], out["groups"] = sections["id"][:3]
+    # a probe whose reading failed must not pass by comparing nothing with nothing
+    # (under gVisor, for one, there is no /proc/self/limits and the shell's fd folder is refused)
+    assert sum(k.startswith("limit.") for k in out) == 16 and {"fd.0", "fd.1", "fd.2"} <= set(out), text
     return out
 
 
@@ -201,13 +204,15 @@ CATCH = ("(sleep 1; kill -INT $$) & exec python3 -c '"
          "except KeyboardInterrupt:\n    print(\"KeyboardInterrupt\")'")
 
 
-@pytest.mark.parametrize("backend", ["docker", "runc", "local"])
-def test_python_catches_the_sigint_another_command_sends(backend, images):
+@pytest.mark.parametrize("backend", ["docker", "runc", "local", "runsc"])
+def test_python_catches_the_sigint_another_command_sends(backend, images, request):
     # As when the run itself was started with SIGINT ignored (nohup, a shell's background job):
     # what the host process ignores must not reach the sandbox's programs either.
+    runtime = request.getfixturevalue("runsc") if backend == "runsc" else None  # the docker backend under gVisor
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        settings = SandboxSettings(backend=backend, command_timeout=30, output_limit=2000)
+        settings = SandboxSettings(backend="docker" if runtime else backend, runtime=runtime, command_timeout=30,
+                                   output_limit=2000)
         box = get_backend(settings).open(SandboxSpec(image=images["default"], run_id=RUN_ID, prompt_id="sigint"))
         try:
             result = box.exec(CATCH)
