@@ -51,16 +51,27 @@ PARENT = ("the command's parent is the sandbox's wrapper (its time limit and end
 TMPDIR = "the default profile sets TMPDIR=/tmp: its root is read-only and /tmp is the writable tmpfs"
 NO_PROFILE = ("the runc backend has no task profile: a task image runs under the default one "
               "(the settings' user, in the work dir), the docker backend runs it as published")
+NO_CAPS = "the default profile drops every capability (--cap-drop ALL): none even in the bounding set"
+NO_NEW_PRIVS = "no-new-privileges on every sandbox: a setuid binary grants nothing"
+TASK_CAPS = ("a task image gets Docker's default capabilities less MKNOD, NET_RAW, SETFCAP and AUDIT_WRITE "
+             "(base.TASK_CAPABILITIES)")
+HARDENED = {"child.CapBnd": NO_CAPS, "child.NoNewPrivs": NO_NEW_PRIVS}
 RUNC_STDIN = "runc exec relays its own stdin through a pipe (here /dev/null's EOF); docker exec and we give /dev/null"
 DELIBERATE = {
-    ("docker", "default"): {"stderr_is_stdout": MERGED, "parent": PARENT, "env.TMPDIR": TMPDIR},
-    ("docker", "task"): {"stderr_is_stdout": MERGED, "parent": PARENT},
-    ("runc", "default"): {"stderr_is_stdout": MERGED, "parent": PARENT, "env.TMPDIR": TMPDIR},
+    ("docker", "default"): {"stderr_is_stdout": MERGED, "parent": PARENT, "env.TMPDIR": TMPDIR, **HARDENED},
+    ("docker", "task"): {"stderr_is_stdout": MERGED, "parent": PARENT, "child.NoNewPrivs": NO_NEW_PRIVS,
+                         "child.CapBnd": TASK_CAPS, "child.CapPrm": TASK_CAPS, "child.CapEff": TASK_CAPS},
+    ("runc", "default"): {"stderr_is_stdout": MERGED, "parent": PARENT, "env.TMPDIR": TMPDIR, **HARDENED},
     ("runc", "task"): {"stderr_is_stdout": MERGED, "parent": PARENT, "env.TMPDIR": TMPDIR, "uid": NO_PROFILE,
-                       "gid": NO_PROFILE, "groups": NO_PROFILE, "cwd": NO_PROFILE, "env.PWD": NO_PROFILE},
+                       "gid": NO_PROFILE, "groups": NO_PROFILE, "cwd": NO_PROFILE, "env.PWD": NO_PROFILE,
+                       "child.CapPrm": NO_PROFILE, "child.CapEff": NO_PROFILE, **HARDENED},
     ("runc exec", "default"): {"stderr_is_stdout": MERGED, "parent": PARENT, "fd.0": RUNC_STDIN},
     ("runc exec", "task"): {"stderr_is_stdout": MERGED, "parent": PARENT, "fd.0": RUNC_STDIN},
 }
+
+
+#: the privilege a command runs with (the hardening's, compared too so that it is named)
+PRIVILEGE = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
 
 
 def fields(text: str) -> dict[str, str]:
@@ -81,7 +92,7 @@ def fields(text: str) -> dict[str, str]:
             key, _, value = line.partition(":")
             # the shell's own mask is not compared: dash blocks every signal for a moment around
             # each fork, and the probe's `cat` can read it then; its children's mask is the one they run with
-            if key in (("SigIgn", "SigCgt") if part == "shell" else ("SigIgn", "SigBlk")):
+            if key in (("SigIgn", "SigCgt") if part == "shell" else ("SigIgn", "SigBlk") + PRIVILEGE):
                 out[f"{part}.{key}"] = value.strip()
     out["umask"] = sections["umask"][0]
     for line in sections["limits"][1:]:
