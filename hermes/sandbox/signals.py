@@ -17,25 +17,20 @@ from typing import Any, Callable
 
 #: what subprocess's restore_signals resets by itself
 _RESTORED = {getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, n)}
-#: signals whose disposition cannot be changed, and glibc's own real-time ones (EINVAL)
-_FIXED = {signal.SIGKILL, signal.SIGSTOP}
 
 
 def ignored() -> set[int]:
     """Signals this process ignores (SigIgn of /proc/self/status), less those subprocess restores."""
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("SigIgn:"):
-                    mask = int(line.split()[1], 16)
-                    return {n for n in range(1, 65) if mask >> (n - 1) & 1} - _RESTORED
-    except (OSError, ValueError):
-        pass
-    return {s for s in signal.valid_signals() - _FIXED - _RESTORED
-            if _safe_getsignal(s) is signal.SIG_IGN}
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration, ValueError):  # no /proc: ask Python, which knows those it saw
+        return {s for s in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP} - _RESTORED
+                if _disposition(s) is signal.SIG_IGN}
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1} - _RESTORED
 
 
-def _safe_getsignal(sig: int) -> Any:
+def _disposition(sig: int) -> Any:
     try:
         return signal.getsignal(sig)
     except (ValueError, OSError):
