@@ -66,6 +66,9 @@ def start_background(sandbox: Any, command: str, workdir: str | None) -> str:
     # exec returns at once. The wrapper records its own pid ($$: right even when setsid
     # had to fork) and later the exit code, each atomically (tmp + mv); the launcher
     # waits for the pid file so the process is trackable when this call returns.
+    # Not a shell background job (`cmd &`): those start with SIGINT and SIGQUIT ignored, for
+    # good (issue 45). `setsid setsid`: the first makes itself a group leader, so the second
+    # forks, its parent returning at once and its child detached in a session of its own.
     script = (
         cd_prefix(workdir)
         + f"""d={_PROCS_SH}
@@ -77,12 +80,17 @@ while ! mkdir "$d/proc_$n" 2>/dev/null; do
 done
 p="$d/proc_$n"
 printf '%s' {q(command)} > "$p/cmd"
-S=; command -v setsid >/dev/null 2>&1 && S=setsid
-$S sh -c 'echo $$ >"$2/pid.tmp"; mv "$2/pid.tmp" "$2/pid"; sh -c "$1" >"$2/log" 2>&1 </dev/null; echo $? >"$2/exit.tmp"; mv "$2/exit.tmp" "$2/exit"' hermes-bg {q(command)} "$p" </dev/null >/dev/null 2>&1 &
-b=$!
+B='echo $$ >"$2/pid.tmp"; mv "$2/pid.tmp" "$2/pid"; sh -c "$1" >"$2/log" 2>&1 </dev/null; echo $? >"$2/exit.tmp"; mv "$2/exit.tmp" "$2/exit"'
+b=
+if command -v setsid >/dev/null 2>&1; then
+  setsid setsid sh -c "$B" hermes-bg {q(command)} "$p" </dev/null >/dev/null 2>&1
+else
+  sh -c "$B" hermes-bg {q(command)} "$p" </dev/null >/dev/null 2>&1 &
+  b=$!
+fi
 i=0
 while [ ! -f "$p/pid" ] && [ "$i" -lt 200 ]; do sleep 0.02 2>/dev/null || sleep 1; i=$((i+1)); done
-[ -f "$p/pid" ] || echo "$b" > "$p/pid"
+[ -f "$p/pid" ] || [ -z "$b" ] || echo "$b" > "$p/pid"
 echo "{MARK} ok proc_$n $(cat "$p/pid") $p/log"
 """
     )
