@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
@@ -45,6 +46,10 @@ OWNER_PREFIX = "hermes-owner="
 BATCH_DURATION_GUESS = "1h"
 #: seconds a worker without its scheduler waits before it exits (and its job ends)
 DEATH_TIMEOUT = 60
+#: seconds the run's end waits for its cancelled jobs to leave the queue (Slurm's KillWait and epilog)
+GONE_TIMEOUT = 60.0
+#: squeue states of a job already on its way out: cancelling it again does nothing
+ENDING = frozenset({"COMPLETING", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"})
 
 
 class Job(NamedTuple):
@@ -52,6 +57,7 @@ class Job(NamedTuple):
     name: str
     owner: str | None
     submitted: float | None  # epoch seconds
+    state: str = ""  # squeue's: PENDING, RUNNING, COMPLETING, ...
 
 
 def job_name(run_name: str) -> str:
@@ -81,18 +87,18 @@ def jobs() -> list[Job]:
     if not shutil.which("squeue"):
         return []
     try:
-        out = subprocess.run(["squeue", "--me", "-h", "-o", "%i|%j|%k|%V"], capture_output=True, text=True,
+        out = subprocess.run(["squeue", "--me", "-h", "-o", "%i|%j|%k|%V|%T"], capture_output=True, text=True,
                              timeout=30, check=True).stdout
     except (subprocess.SubprocessError, OSError) as e:
         log.warning("could not list Slurm jobs: %s", e)
         return []
     found = []
     for line in out.splitlines():
-        job_id, name, comment, submitted = (line.split("|", 3) + ["", "", ""])[:4]
+        job_id, name, comment, submitted, state = (line.split("|", 4) + [""] * 4)[:5]
         if not name.startswith(JOB_PREFIX):
             continue
         owner = comment[len(OWNER_PREFIX):] if comment.startswith(OWNER_PREFIX) else None
-        found.append(Job(job_id.strip(), name, owner, _epoch(submitted)))
+        found.append(Job(job_id.strip(), name, owner, _epoch(submitted), state.strip()))
     return found
 
 
@@ -116,13 +122,24 @@ def cancel(ids: list[str]) -> int:
 
 def cancel_owned_by(owner: str, name: str) -> int:
     """Cancel the jobs of one run (by name) that one process owns (other runs of the process keep theirs)."""
-    return cancel([j.id for j in jobs() if j.owner == owner and j.name == name])
+    return cancel([j.id for j in jobs() if j.owner == owner and j.name == name and j.state not in ENDING])
+
+
+def wait_gone(owner: str, name: str, timeout: float = GONE_TIMEOUT) -> list[Job]:
+    """Wait until the run's jobs have left the queue (a cancelled job stays COMPLETING while Slurm
+    ends its processes), so that none is left when the run returns; the jobs still there after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [j for j in jobs() if j.owner == owner and j.name == name]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def sweep_dead() -> int:
     """Cancel the hermes jobs whose owner (a process of this host) is gone; jobs of other hosts'
     runs are theirs to sweep (or end at their walltime)."""
-    dead = [j for j in jobs() if owner_alive(j.owner, j.submitted) is False]
+    dead = [j for j in jobs() if j.state not in ENDING and owner_alive(j.owner, j.submitted) is False]
     if dead:
         log.warning("cancelling %d Slurm job(s) of dead runs: %s", len(dead),
                     ", ".join(f"{j.id} ({j.name}, owner {j.owner})" for j in dead))
@@ -159,6 +176,9 @@ class Slurm:
                 if left := cancel_owned_by(me, name):  # a job submitted as the cluster closed, or a failed scancel
                     log.warning("run '%s': cancelled %d Slurm job(s) left after its cluster closed",
                                 settings.run_name, left)
+                if still := wait_gone(me, name):
+                    log.warning("run '%s': Slurm job(s) %s still in the queue %.0f s after being cancelled",
+                                settings.run_name, ", ".join(f"{j.id} ({j.state})" for j in still), GONE_TIMEOUT)
 
     def sweep(self) -> int:
         return sweep_dead()
