@@ -187,3 +187,18 @@ def test_jobs_of_a_sigkilled_flow_process_are_cancelled_by_sandbox_cleanup(tmp_p
     # cancelled by the cleanup, not ended by their workers losing the scheduler (that would be COMPLETED or FAILED)
     assert {job_state(j.id) for j in jobs} <= {"CANCELLED", "gone"}
     until(lambda: run_jobs(run_name) == [], "the cancelled jobs to leave squeue", timeout=60)
+
+
+def test_slurm_is_refused_where_it_cannot_run_and_an_unknown_cluster_is_named(tmp_path):
+    from hermes.run import clusters, direct
+    from hermes.run.rundir import RunRefused
+
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "p"}])
+    base = {"dataset_file": str(dataset), "batch_size": 1, "run_name": "refused", "output_dir": str(tmp_path / "data")}
+    with pytest.raises(RunRefused, match="--engine direct .* cannot start Dask workers .*cluster slurm"):
+        direct.run(RunSettings(**base, cluster="slurm"))
+    with pytest.raises(RunRefused, match="cluster: 'slurm' .* cannot be combined with dask_address tcp://"):
+        clusters.of(RunSettings(**base, cluster="slurm", dask_address="tcp://127.0.0.1:8786"))
+    with pytest.raises(RunRefused, match="cluster: unknown cluster 'slurmm'; choose one of: local, slurm"):
+        clusters.of(RunSettings(**base, cluster="slurmm"))
+    assert not (tmp_path / "data").exists()  # refused before anything was made
