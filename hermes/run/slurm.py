@@ -160,7 +160,7 @@ class Slurm:
         with dask.config.set({"distributed.scheduler.unknown-task-duration": BATCH_DURATION_GUESS}):
             cluster = SLURMCluster(**cluster_kwargs(settings, log_dir))
         me, name = owner_label(), job_name(settings.run_name)
-        guard = RunGuard(f"slurm-jobs-{settings.run_name}", lambda _run: cancel_owned_by(me, name))
+        guard = RunGuard(settings.run_name, lambda _run: cancel_owned_by(me, name), what="Slurm jobs")
         try:
             cluster.adapt(minimum_jobs=0, maximum_jobs=settings.slurm_max_jobs)
             guard.install()  # SIGINT/SIGTERM (a Prefect cancellation) cancel the jobs first

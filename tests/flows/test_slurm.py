@@ -6,6 +6,7 @@ cleanup` cancels. The model is the bundled scripted server on loopback; the run 
 Docker engine are this machine's, which the jobs share."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -154,11 +156,11 @@ def test_a_worker_job_cancelled_mid_batch_has_its_batch_rerun_without_its_finish
     assert run_jobs(run_name) == []
 
 
-@pytest.mark.usefixtures("prefect_harness")
-def test_jobs_of_a_sigkilled_flow_process_are_cancelled_by_sandbox_cleanup(tmp_path, slurm):
+@contextlib.contextmanager
+def flow_process(tmp_path: Path, run_name: str) -> Iterator[tuple[subprocess.Popen, list[slurm_jobs.Job], dict]]:
+    """The batch-run flow in a process of its own, mid-run: its jobs running, a first prompt done."""
     from prefect.settings import PREFECT_API_URL
 
-    run_name = unique_run("slurm-killed")
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": tool_free(i)} for i in range(60)])
     run_dir = tmp_path / "data" / run_name
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
@@ -167,19 +169,26 @@ def test_jobs_of_a_sigkilled_flow_process_are_cancelled_by_sandbox_cleanup(tmp_p
         flow = subprocess.Popen(
             [sys.executable, "-c", "import sys; from flows.batch import batch_run; from hermes.settings import "
              "RunSettings; batch_run(settings=RunSettings.model_validate_json(sys.argv[1]))",
-             settings.model_dump_json()], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True)
+             settings.model_dump_json()], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "flow.err", "wb"), start_new_session=True)  # noqa: SIM115 - the child's
         try:
             until(lambda: flow.poll() is None and journal_lines(run_dir), "the flow's first finished prompt",
                   timeout=300)
             jobs = run_jobs(run_name)
             assert jobs and {j.owner for j in jobs} == {f"{socket.gethostname()}:{flow.pid}"}
-            flow.send_signal(signal.SIGKILL)
-            flow.wait(60)
+            yield flow, jobs, env
         finally:
             if flow.poll() is None:
                 flow.kill()
                 flow.wait(60)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_jobs_of_a_sigkilled_flow_process_are_cancelled_by_sandbox_cleanup(tmp_path, slurm):
+    run_name = unique_run("slurm-killed")
+    with flow_process(tmp_path, run_name) as (flow, jobs, env):
+        flow.send_signal(signal.SIGKILL)
+        flow.wait(60)
         cleanup = subprocess.run([sys.executable, "-m", "flows.cli", "sandbox", "cleanup"], env=env, cwd=ROOT,
                                  capture_output=True, text=True, timeout=300)
     assert cleanup.returncode == 0, cleanup.stderr
@@ -188,6 +197,19 @@ def test_jobs_of_a_sigkilled_flow_process_are_cancelled_by_sandbox_cleanup(tmp_p
     assert {job_state(j.id) for j in jobs} <= {"CANCELLED", "gone"}
     until(lambda: run_jobs(run_name) == [], "the cancelled jobs to leave squeue", timeout=60)
 
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_flow_process_stopped_with_sigterm_cancels_its_jobs_itself(tmp_path, slurm):
+    """SIGTERM is how a Prefect cancellation (and a terminal's kill) stops the flow's process."""
+    run_name = unique_run("slurm-stopped")
+    with flow_process(tmp_path, run_name) as (flow, jobs, _env):
+        flow.send_signal(signal.SIGTERM)
+        flow.wait(120)
+        stderr = (tmp_path / "flow.err").read_text(errors="replace")
+    assert flow.returncode != 0, stderr[-3000:]
+    # no cleanup ran: the process cancelled them as it stopped
+    assert {job_state(j.id) for j in jobs} <= {"CANCELLED", "gone"}, stderr[-3000:]
+    until(lambda: run_jobs(run_name) == [], "the cancelled jobs to leave squeue", timeout=60)
 
 def test_slurm_is_refused_where_it_cannot_run_and_an_unknown_cluster_is_named(tmp_path):
     from hermes.run import clusters, direct
