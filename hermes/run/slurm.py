@@ -66,7 +66,9 @@ def job_name(run_name: str) -> str:
 
 def cluster_kwargs(settings: RunSettings, log_dir: Path) -> dict[str, Any]:
     """SLURMCluster's arguments for the run (its worker jobs' #SBATCH lines and command)."""
-    scheduler: dict[str, Any] = {"dashboard_address": None}  # nothing listens but the scheduler itself
+    # no dashboard; the scheduler's HTTP routes (health, metrics) on loopback only, any free port:
+    # left unset they would listen on every interface at 8787
+    scheduler: dict[str, Any] = {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
     if settings.slurm_scheduler_host:
         scheduler["host"] = settings.slurm_scheduler_host
     return {
