@@ -140,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mock_main(rest) or 0
     if command == "sandbox":
         from hermes.sandbox.image import main as sandbox_main
+        if rest[:1] == ["cleanup"] and "--dry-run" not in rest and "-h" not in rest and "--help" not in rest:
+            # jobs of dead runs first (hermes/run/clusters.py): their workers' containers then have dead owners
+            from hermes.run.clusters import sweep_all
+            for name, n in sweep_all().items():
+                if n:
+                    print(f"cancelled {n} {name} job(s) of dead runs")
         return sandbox_main(rest) or 0
     if command == "status":
         return status_main(rest)

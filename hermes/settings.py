@@ -101,6 +101,26 @@ class RunSettings(AgentSettings):
         1, gt=0, description="processes on this machine that run the prompts, --num_workers shared among them "
                              "(a Dask LocalCluster): past one core's worth of work for one interpreter; 1: threads "
                              "of the run's own process; ignored with dask_address")
+    # -- where the run's Dask workers come from (--cluster; hermes/run/clusters.py, hermes/run/slurm.py)
+    cluster: str = Field("local", description="where batches run: local (this process, --worker_processes, or the "
+                         "cluster at --dask_address) or slurm (Dask workers submitted as Slurm jobs, scaled to the "
+                         "batches owed, cancelled at the run's end); names from hermes/run/clusters.py, checked "
+                         "as the run starts; output_dir must be shared storage for slurm")
+    slurm_partition: str | None = Field(None, description="Slurm partition of the worker jobs (sbatch -p); unset: the default one")
+    slurm_account: str | None = Field(None, description="Slurm account charged for the worker jobs (sbatch -A)")
+    slurm_walltime: str = Field("01:00:00", description="time limit of each worker job (sbatch -t): a job killed at "
+                                "it has its batch rerun by another job; also bounds what a SIGKILLed run leaves")
+    slurm_cores: int = Field(4, gt=0, description="cores of each worker job: one Dask worker process running that "
+                             "many batches at once, --num_workers prompts in flight in it")
+    slurm_memory: str = Field("8GB", description="memory of each worker job (sbatch --mem), e.g. 8GB")
+    slurm_max_jobs: int = Field(4, gt=0, description="most worker jobs at once; jobs are added while batches wait "
+                                "and given back when none are owed")
+    slurm_python: str | None = Field(None, description="the Python a worker job runs (hermes-batch installed, on the "
+                                     "nodes); unset: this process's own")
+    slurm_scheduler_host: str | None = Field(None, description="address the run's Dask scheduler listens on, "
+                                             "reachable from the nodes; unset: this machine's outward address")
+    slurm_job_directives: str | None = Field(None, description="more sbatch options for each worker job, space "
+                                             "separated (e.g. '--qos=long --constraint=docker')")
     resume: bool = Field(False, description="continue an existing run")
     verbose: bool = Field(False, description="detailed logs")
     max_samples: int | None = Field(None, gt=0, description="only the first N rows")

@@ -178,3 +178,18 @@ def mock_llm():
 
 def containers_of(client, run_name: str):
     return client.containers.list(all=True, sparse=True, filters={"label": f"hermes-batch.run={run_name}"})
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The one-machine Slurm cluster of deployments/slurm/local_cluster.sh (slurmctld and slurmd on
+    this host), started when it is not up; .ci/run starts it after bootstrap."""
+    import subprocess
+
+    if not shutil.which("sbatch"):
+        pytest.skip("no Slurm here: run `bash deployments/slurm/local_cluster.sh start`")
+    script = Path(__file__).resolve().parent.parent / "deployments" / "slurm" / "local_cluster.sh"
+    started = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=300)
+    if started.returncode:
+        pytest.skip(f"the local Slurm cluster did not start: {started.stderr[-2000:]}")
+    return "slurm"

@@ -7,6 +7,8 @@
     requeue.py          prompts that failed for a transient reason, run again (RetryPolicy)
     remote.py           a batch on a Dask worker or another process
     local_processes.py  --worker_processes: worker processes of this machine
+    clusters.py         --cluster: where the run's Dask workers come from (a registry: local, slurm)
+    slurm.py            --cluster slurm: Dask workers as Slurm jobs (dask-jobqueue), swept when their run died
     workerfiles.py      the prompts in flight of each worker, for `status`
     rundir.py           the run folder: its lock, its settings, refusals (RunLock, RunRefused)
     progress.py         the progress line and the journal's tail

@@ -25,7 +25,7 @@ import gc
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from hermes.run import local_processes, merge
+from hermes.run import clusters, local_processes, merge, rundir
 from hermes.run import remote, runner
 from hermes.data.outcome import check_failed_share
 from hermes.run import tool_use
@@ -51,6 +51,9 @@ class Steps:
 
     def check(self, settings: RunSettings) -> None:
         """Refuse, before anything starts, what these steps cannot carry out."""
+        if clusters.of(settings).elsewhere:
+            raise RunRefused(f"--engine direct runs every batch in this process and cannot start Dask workers "
+                             f"(cluster {settings.cluster}): run with the Prefect engine")
         if settings.dask_address:
             raise RunRefused(
                 f"--engine direct runs every batch in this process and cannot use a Dask cluster "
@@ -182,7 +185,11 @@ def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | Non
 
     Raises RunRefused (before anything ran) or TooManyFailedPrompts (after the outputs were written).
     """
-    with collector_for_a_run():
+    steps = steps or Steps()
+    steps.check(settings)
+    # --cluster: workers started for the run (Slurm jobs) live as long as this block; inside it the
+    # run is the Dask path, its settings carrying their scheduler's address
+    with clusters.of(settings).started(settings, rundir.run_dir(settings)) as settings, collector_for_a_run():
         return _run(settings, steps, api_key=api_key)
 
 

@@ -152,9 +152,10 @@ class RunGuard:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, run_id: str, cleanup: Callable[[str], int]):
+    def __init__(self, run_id: str, cleanup: Callable[[str], int], what: str = "containers"):
         self.run_id = run_id
         self.cleanup = cleanup
+        self.what = what  # what cleanup removes, for the log (a Slurm run's guard cancels jobs)
         self._previous: dict[int, object] = {}
         self._signalled = False
 
@@ -184,7 +185,7 @@ class RunGuard:
             self._remove(wait=False, timeout=10.0)
             os._exit(128 + signum)
         self._signalled = True
-        log.warning("%s: stopping run %s, removing its containers (%s again forces)", name, self.run_id, name)
+        log.warning("%s: stopping run %s, removing its %s (%s again forces)", name, self.run_id, self.what, name)
         self._remove(wait=True, timeout=STOP_TIMEOUT)
         self._pass_on(signum, frame)
 
@@ -199,9 +200,9 @@ class RunGuard:
                 wait_for_creations(self.run_id, timeout / 2)
             try:
                 removed = self.cleanup(self.run_id)
-                log.warning("run %s: removed %d container(s)", self.run_id, removed)
+                log.warning("run %s: removed %d of its %s", self.run_id, removed, self.what)
             except Exception as e:  # noqa: BLE001 - the next run's start-up removes what is left
-                log.warning("run %s: could not remove its containers: %s", self.run_id, e)
+                log.warning("run %s: could not remove its %s: %s", self.run_id, self.what, e)
 
         worker = threading.Thread(target=work, name=f"stop-{self.run_id}", daemon=True)
         worker.start()

@@ -33,6 +33,7 @@ KILLED = unique_run("killed")
 DEPLOYED, ON_DASK, TOO_MANY_FAILED = unique_run("deployed"), unique_run("deployed-dask"), unique_run("too-many-failed")
 BUSY, NIGHTLY, TYPOS, NO_DATASET = unique_run("busy"), unique_run("nightly-t"), unique_run("typos"), unique_run("no-dataset")
 EVERY, SERVER_GONE = unique_run("every"), unique_run("server-gone")
+ON_SLURM = unique_run("deployed-slurm")
 POOL = "hermes"  # the work pool named in prefect.yaml
 FINAL_WAIT = 420  # seconds before a run that never ends is reported (not a timing assertion)
 CRASH_WAIT = 240  # seconds for the automation to mark a silent run Crashed (it should take 45-60 here)
@@ -379,6 +380,31 @@ def test_the_dask_deployment_runs_the_batches_on_the_cluster_its_job_variable_na
     assert ran_in <= pids  # every prompt ran in a worker of the cluster, none in the flow-run process
     assert set(stack.keys.authorizations) == {"Bearer from-dask-worker"}
     assert float(stack.artifacts(run.id)["progress"].data) == 100.0
+
+
+def test_the_slurm_deployment_runs_the_batches_on_slurm_jobs_and_leaves_none(stack, tmp_path, slurm):
+    from hermes.run import slurm as slurm_jobs
+
+    with stack.client() as client:
+        deployment = client.read_deployment_by_name("batch-run/slurm")
+    shipped = deployment.parameters["settings"]
+    assert shipped["cluster"] == "slurm"
+    assert {k: shipped[k] for k in ("slurm_walltime", "slurm_cores", "slurm_memory", "slurm_max_jobs")} == \
+        {"slurm_walltime": "01:00:00", "slurm_cores": 4, "slurm_memory": "8GB", "slurm_max_jobs": 4}
+    fields = deployment.parameter_openapi_schema["definitions"]["RunSettings"]["properties"]
+    assert all(fields[k]["description"] for k in shipped if k.startswith("slurm_"))
+
+    prompts = [f"on slurm {i} " + script({"reasoning": "r", "content": f"a {i}"}) for i in range(6)]
+    # the shipped Slurm settings, with a scheduler on loopback and jobs sized for this one machine
+    settings = {**shipped, **stack.settings(write_dataset(tmp_path / "slurm.jsonl", [{"prompt": p} for p in prompts]),
+                                            ON_SLURM, distribution="terminal_only", sandbox={"backend": "local"}),
+                "slurm_scheduler_host": "127.0.0.1", "slurm_memory": "2GB", "slurm_cores": 2, "slurm_max_jobs": 2}
+    run = stack.wait_final(stack.run_deployment("batch-run/slurm", "--params", json.dumps({"settings": settings})))
+    assert run.state.type.value == "COMPLETED", run.state.message
+    out = stack.data / ON_SLURM
+    assert sorted(e["conversations"][1]["value"] for e in read_jsonl(out / "trajectories.jsonl")) == sorted(prompts)
+    assert list((out / "slurm").glob(f"hermes-{ON_SLURM}-*.err")), "no worker job ran"
+    assert [j for j in slurm_jobs.jobs() if j.name == slurm_jobs.job_name(ON_SLURM)] == []
 
 
 def test_run_fails_clearly_when_too_many_prompts_fail(stack, tmp_path, docker_engine):
