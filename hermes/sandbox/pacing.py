@@ -223,8 +223,8 @@ class Pacer:
     Waiting for a slot is bounded, so a stuck engine fails prompts instead of piling them up."""
 
     def __init__(self, ceiling: int, adaptive: bool = True, params: PacingParams | None = None,
-                 clock: Callable[[], float] = time.monotonic, name: str = "engine"):
-        self.name = name
+                 clock: Callable[[], float] = time.monotonic, name: str = "engine", unit: str = "calls"):
+        self.name, self.unit = name, unit
         self.adaptive = adaptive
         self.clock = clock
         self.busy = 0
@@ -242,13 +242,19 @@ class Pacer:
                 self.controller.set_ceiling(ceiling, self.clock())
                 self._cond.notify_all()
 
+    def reset(self) -> None:
+        """Forget what was learnt (a benchmark's fresh start, as a new process would have)."""
+        with self._cond:
+            self.controller = Controller(self.controller.ceiling, self.controller.p, self.clock())
+            self._cond.notify_all()
+
     @contextlib.contextmanager
     def slot(self, what: str, timeout: float, overload: Callable[[BaseException | None], bool] = is_overload
              ) -> Iterator[None]:
         with self._cond:
             if not self._cond.wait_for(lambda: self.busy < self.limit, timeout):
                 raise EngineTimeout(f"{self.name} too slow: {what} waited {timeout:g}s behind "
-                                    f"{self.busy} calls in flight")
+                                    f"{self.busy} {self.unit} in flight")
             self.busy += 1
             self.controller.admitted(self.clock())
         failed: BaseException | None = None
@@ -272,12 +278,12 @@ _pacers: dict[str, Pacer] = {}
 _pacers_lock = threading.Lock()
 
 
-def pacer(key: str, ceiling: int, adaptive: bool = True) -> Pacer:
+def pacer(key: str, ceiling: int, adaptive: bool = True, unit: str = "calls") -> Pacer:
     """The process-wide Pacer of one engine (docker's per engine address, runc's), set to the
     settings' ceiling and mode."""
     with _pacers_lock:
         found = _pacers.get(key)
         if found is None:
-            found = _pacers[key] = Pacer(ceiling, adaptive, name=key)
+            found = _pacers[key] = Pacer(ceiling, adaptive, name=key, unit=unit)
     found.configure(ceiling, adaptive)
     return found
