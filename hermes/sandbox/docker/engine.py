@@ -142,6 +142,20 @@ def report_create_warnings(warnings: list[str] | None) -> None:
         _loud("engine said on container create: %s", w)
 
 
+#: the capabilities a container engine grants by default (Docker's set; Podman's is the same)
+DEFAULT_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                                  "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID",
+                                  "SYS_CHROOT"})
+
+
+def all_dropped(cap_drop: list[str] | None, cap_add: list[str] | None) -> bool:
+    """Whether a container's CapDrop drops what it was not explicitly given: Docker keeps "ALL" as
+    asked; Podman's Docker API expands it to the list of its default capabilities."""
+    dropped = {c.upper().removeprefix("CAP_") for c in cap_drop or []}
+    added = {c.upper().removeprefix("CAP_") for c in cap_add or []}
+    return "ALL" in dropped or DEFAULT_CAPABILITIES - added <= dropped
+
+
 def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
     """What the engine did not apply, read back from a container's HostConfig."""
     expect = {
@@ -150,7 +164,7 @@ def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
         "NanoCpus": ("CPU limit", lambda v: v == int(settings.cpus * 1e9)),
         "PidsLimit": ("pids limit", lambda v: v == pids_limits(settings)[0]),
         "ReadonlyRootfs": ("read-only root", lambda v: bool(v) == settings.read_only),
-        "CapDrop": ("dropped capabilities", lambda v: "ALL" in (v or [])),
+        "CapDrop": ("dropped capabilities", lambda v: all_dropped(v, hc.get("CapAdd"))),
         "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
         "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
         "Init": ("init process", lambda v: bool(v)),
