@@ -9,6 +9,11 @@
 # - default_ulimits: podman run as root copies this host's hard limits (nofile 20000 here, higher on
 #   most hosts) into every container, which the OCI runtime then fails to set inside this machine's
 #   own container; 1024 is Docker's default for containers anyway.
+# - read_only_tmpfs = false (Podman 4.4+; 4.3.1 ignores it on its Docker API): with a read-only root
+#   Podman mounts writable tmpfs on /run, /tmp and
+#   /var/tmp of its own, unsized (charged to the memory limit); with it, only those the backend asks for.
+# - seccomp_profile: Podman's own lets any process make user namespaces (unshare -r); ours takes
+#   Docker's rules for clone/clone3/mount/setns/unshare (seccomp_profile.py says how).
 # - catatonit: podman's --init (the docker backend asks for an init process in every sandbox).
 # - `podman system service --time=0`: the API server, never timing out on idle.
 set -euo pipefail
@@ -22,15 +27,18 @@ if ! command -v podman >/dev/null || [ ! -x /usr/libexec/podman/catatonit ] && !
 fi
 
 conf=/etc/containers/containers.conf
-if ! grep -qs '^default_ulimits' "$conf"; then
-    say "setting default_ulimits in $conf"
-    mkdir -p /etc/containers
-    if grep -qs '^\[containers\]' "$conf"; then
-        sed -i '/^\[containers\]/a default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]' "$conf"
-    else
-        printf '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n' >> "$conf"
+mkdir -p /etc/containers
+grep -qs '^\[containers\]' "$conf" || printf '[containers]\n' >> "$conf"
+profile=/etc/containers/hermes-seccomp.json
+python3 "$(dirname "$0")/seccomp_profile.py" > "$profile.new" && mv "$profile.new" "$profile"
+for line in 'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]' 'read_only_tmpfs = false' \
+            "seccomp_profile = \"$profile\""; do
+    key=${line%% *}
+    if ! grep -qs "^$key" "$conf"; then
+        say "setting $key in $conf"
+        sed -i "/^\[containers\]/a $line" "$conf"
     fi
-fi
+done
 
 if ! curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1; then
     say "starting podman system service on $SOCK (log $LOG)"
