@@ -46,10 +46,11 @@ class PacingParams:
     min_samples: int = 20       # calls finished per epoch at least ...
     slow_samples: int = 8       # ... while doubling (a doubling's gain is large: fewer suffice)
     samples_per_slot: float = 2.0  # ... and this many per unit of limit (at least two rounds)
-    gain: float = 0.08          # a rise in throughput smaller than this is noise, not a gain
-    loss: float = 0.05          # a step down that keeps throughput within this is kept
+    gain: float = 0.15          # a rise in throughput smaller than this is noise, not a gain
+    loss: float = 0.0           # a step down is kept if throughput did not fall (noise must not walk it down)
     slow_gain: float = 0.15     # a doubling must buy at least this much to double again
     drop: float = 0.25          # a fall this large while holding: the engine changed, back off
+    drop_probes_down: bool = True   # after a drop: probe down first (else up first, as always)
     max_streak: int = 1         # a step doubles with each move the same way, this many times at most
     hold_max: int = 16          # epochs between probes, at most, while the limit holds
     saturated: float = 0.85     # mean in flight / limit above which an epoch says something
@@ -152,10 +153,13 @@ class Controller:
             return
         elif x < self.ref * (1 - p.drop):
             # Holding, and the engine gives much less than it did: it is loaded from elsewhere
-            # (another tenant, a slower phase). Back off first, judged against what it gives now.
+            # (another tenant, a slower phase). The old reference says nothing any more: take
+            # what it gives now, and probe soon (up, then down) against that.
             self.ref, self.hold, self.streak = x, 1, 0
-            self._probe("down", now)
-            return
+            if p.drop_probes_down:
+                self._probe("down", now)
+                return
+            self.held = self.hold
         else:
             self.ref = 0.5 * self.ref + 0.5 * x  # holding: follow the engine as it drifts
             self.held += 1
