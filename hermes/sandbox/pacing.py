@@ -48,6 +48,8 @@ class PacingParams:
     samples_per_slot: float = 2.0  # ... and this many per unit of limit (at least two rounds)
     gain: float = 0.15          # a rise in throughput smaller than this is noise, not a gain
     loss: float = 0.0           # a step down is kept if throughput did not fall (noise must not walk it down)
+    latency_share: float = 0.5  # a step down is kept if calls took this share of the time Little's law
+                                # says a plateau would save (step / limit), at least
     slow_gain: float = 0.15     # a doubling must buy at least this much to double again
     drop: float = 0.25          # a fall this large while holding: the engine changed, back off
     drop_probes_down: bool = True   # after a drop: probe down first (else up first, as always)
@@ -66,6 +68,7 @@ class Controller:
         self.limit = max(1, min(self.ceiling, self.p.start))
         self.accepted = self.limit       # the limit probes return to
         self.ref: float | None = None   # throughput at `accepted`, calls a second
+        self.ref_latency = 0.0          # and the mean time a call took there, seconds
         self.slow = True                # doubling phase, until a doubling buys nothing
         self.probe: str | None = None   # "up" / "down" while an epoch measures a probe
         self.hold = 1                   # epochs to hold before the next probe
@@ -111,11 +114,14 @@ class Controller:
         need = (max(self.p.slow_samples, self.limit) if self.slow
                 else max(self.p.min_samples, self.p.samples_per_slot * self.limit))
         if self.count >= need and now > self.t0:
-            self._decide(now, self.count / (now - self.t0), self.area / (now - self.t0) / self.limit)
+            mean_in_flight = self.area / (now - self.t0)
+            x = self.count / (now - self.t0)
+            # Little's law: the mean time a call took, from the mean in flight and the throughput
+            self._decide(now, x, mean_in_flight / self.limit, mean_in_flight / x)
 
     # -- the policy ---------------------------------------------------------
 
-    def _decide(self, now: float, x: float, busy: float) -> None:
+    def _decide(self, now: float, x: float, busy: float, latency: float) -> None:
         p = self.p
         if busy < p.saturated:
             # Callers did not fill the limit: nothing learnt about the engine. A probe's limit
@@ -124,26 +130,30 @@ class Controller:
             self._set(self.accepted, now)
             return
         if self.ref is None:
-            self.ref = x
+            self.ref, self.ref_latency = x, latency
         elif self.slow:
             if x >= self.ref * (1 + p.slow_gain):
-                self.accepted, self.ref = self.limit, x
+                self.accepted, self.ref, self.ref_latency = self.limit, x, latency
             else:
                 self.slow = False
                 self._set(self.accepted, now)  # the doubling bought nothing: back to the last good one
                 return
         elif self.probe == "up":
             if x > self.ref * (1 + p.gain):
-                self.accepted, self.ref, self.hold, self.streak = self.limit, x, 1, self.streak + 1
+                self.accepted, self.ref, self.ref_latency = self.limit, x, latency
+                self.hold, self.streak = 1, self.streak + 1
                 self._probe("up", now)  # a gain: further up at once, in growing steps
             else:
                 self.streak = 0
                 self._probe("down", now)
             return
         elif self.probe == "down":
-            if x >= self.ref * (1 - p.loss):
-                # Same throughput for less in flight: keep it, and go on down in growing steps.
-                # The reference stays the higher one, so steps down never drift below what the
+            shorter = 1 - p.latency_share * (self.accepted - self.limit) / self.accepted
+            if x >= self.ref * (1 - p.loss) and latency <= self.ref_latency * shorter:
+                # Same throughput for less in flight, and calls that took less (below the knee a
+                # step down leaves their time as it was: throughput alone, in noise, would let
+                # chance walk the limit down): keep it, and go on down in growing steps. The
+                # reference stays the higher one, so steps down never drift below what the
                 # engine gave.
                 self.accepted, self.hold, self.streak = self.limit, 1, self.streak + 1
                 self._probe("down", now)
@@ -155,13 +165,14 @@ class Controller:
             # Holding, and the engine gives much less than it did: it is loaded from elsewhere
             # (another tenant, a slower phase). The old reference says nothing any more: take
             # what it gives now, and probe soon (up, then down) against that.
-            self.ref, self.hold, self.streak = x, 1, 0
+            self.ref, self.ref_latency, self.hold, self.streak = x, latency, 1, 0
             if p.drop_probes_down:
                 self._probe("down", now)
                 return
             self.held = self.hold
         else:
             self.ref = 0.5 * self.ref + 0.5 * x  # holding: follow the engine as it drifts
+            self.ref_latency = 0.5 * self.ref_latency + 0.5 * latency
             self.held += 1
         if self.slow:
             if self.limit >= self.ceiling:
