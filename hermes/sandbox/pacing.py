@@ -11,9 +11,12 @@ but one engine, so:
   tests/sandbox/test_pacing.py) measures throughput (calls finished per second) over epochs of a
   few dozen calls and climbs it: doubling while each doubling still buys throughput, then probing
   one step up and one step down around the accepted limit. A step up is kept only if throughput
-  rose; a step down is kept if throughput held (the same sandboxes a second with less queued:
-  latency that had climbed without throughput comes back down). Probes thin out while the limit
-  holds. A time-out or an engine error (5xx) halves the limit at once.
+  rose by 15%; a step down only if throughput did not fall and calls took less (the same
+  sandboxes a second with less queued: latency that had climbed without throughput comes back
+  down; below the knee a step down leaves calls' time as it was, so noise in throughput alone
+  cannot walk the limit down). Probes thin out while the limit holds; a large fall while holding
+  (the engine loaded from elsewhere) probes at once. A time-out or an engine error (5xx) halves
+  the limit at once.
 - Epochs where callers did not fill the limit say nothing about the engine and change nothing
   (a run with 3 prompts in flight never grows the limit).
 - The user's --sandbox_engine_concurrency is the ceiling; --sandbox_engine_pacing fixed keeps the
@@ -21,11 +24,12 @@ but one engine, so:
 - Pacer is the thread-safe gate around one engine's calls with a Controller inside; pacer(key)
   gives the process-wide one of an engine (docker's, runc's), as the old gate was process-wide.
 
-Why throughput and not latency alone (TCP Vegas, Netflix's gradient limiters): on this 2-core
-host a sandbox's start shares the CPU with everything else the run does, so latency rises with
-any load, not only the engine's queue; a Vegas-style controller here (base latency from medians,
-Little's-law step-down) sat below the knee and reached 0.73x the best fixed setting on runc.
-What callers care about is sandboxes a second, so that is what is climbed.
+Why throughput first and not latency alone (TCP Vegas, Netflix's gradient limiters): on this
+2-core host a sandbox's start shares the CPU with everything else the run does, so latency rises
+with any load, not only the engine's queue; a Vegas-style controller here (base latency from
+medians, Little's-law step-down) sat below the knee and reached 0.73x the best fixed setting on
+runc. What callers care about is sandboxes a second, so that is what is climbed; latency only
+confirms a step down.
 """
 from __future__ import annotations
 
