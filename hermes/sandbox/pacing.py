@@ -11,7 +11,7 @@ but one engine, so:
   tests/sandbox/test_pacing.py) measures throughput (calls finished per second) over epochs of a
   few dozen calls and climbs it: doubling while each doubling still buys throughput, then probing
   one step up and one step down around the accepted limit. A step up is kept only if throughput
-  rose by 15%; a step down only if throughput did not fall and calls took less (the same
+  rose by 8%; a step down only if throughput did not fall and calls took less (the same
   sandboxes a second with less queued: latency that had climbed without throughput comes back
   down; below the knee a step down leaves calls' time as it was, so noise in throughput alone
   cannot walk the limit down). Probes thin out while the limit holds; a large fall while holding
@@ -50,11 +50,11 @@ class PacingParams:
     min_samples: int = 20       # calls finished per epoch at least ...
     slow_samples: int = 8       # ... while doubling (a doubling's gain is large: fewer suffice)
     samples_per_slot: float = 2.0  # ... and this many per unit of limit (at least two rounds)
-    gain: float = 0.15          # a rise in throughput smaller than this is noise, not a gain
+    gain: float = 0.08          # a rise in throughput smaller than this is noise, not a gain
     loss: float = 0.0           # a step down is kept if throughput did not fall (noise must not walk it down)
     latency_share: float = 0.5  # a step down is kept if calls took this share of the time Little's law
                                 # says a plateau would save (step / limit), at least
-    slow_gain: float = 0.15     # a doubling must buy at least this much to double again
+    slow_gain: float = 0.10     # a doubling must buy at least this much to double again
     drop: float = 0.25          # a fall this large while holding: the engine changed, back off
     drop_probes_down: bool = True   # after a drop: probe down first (else up first, as always)
     max_streak: int = 1         # a step doubles with each move the same way, this many times at most
