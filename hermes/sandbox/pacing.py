@@ -152,6 +152,9 @@ class Controller:
                 self._probe("down", now)
             return
         elif self.probe == "down":
+            # NB: with the gate full, Little's law makes the latency test nearly the throughput
+            # test again (latency = in flight / throughput); measured with it, kept until a
+            # quiet machine can tell whether requiring two epochs in a row does better.
             shorter = 1 - p.latency_share * (self.accepted - self.limit) / self.accepted
             if x >= self.ref * (1 - p.loss) and latency <= self.ref_latency * shorter:
                 # Same throughput for less in flight, and calls that took less (below the knee a
