@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Annotated, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -130,9 +130,15 @@ class SandboxSettings(BaseModel):
     pull_timeout: float = Field(120.0, description="seconds allowed to pull a missing image")
     allow_weaker_sandbox: bool = Field(False, description="run even when the Docker engine cannot apply a limit "
                                        "(memory, swap, CPU, pids, seccomp); by default such a run is refused")
-    engine_concurrency: int = Field(8, gt=0, description="container creates, starts and removes in flight at the "
-                                    "engine at once, process-wide: more only lengthens dockerd's queue (and has "
-                                    "deadlocked it), whatever --num_workers is")
+    # -- engine pacing (issue #49): how many sandbox starts are in flight at the engine
+    engine_concurrency: int = Field(8, gt=0, description="the most container creates, starts and removes (runc: "
+                                    "sandbox starts) in flight at the engine at once, process-wide, whatever "
+                                    "--num_workers is: the ceiling of --sandbox_engine_pacing adaptive, the number "
+                                    "itself with fixed")
+    engine_pacing: Literal["adaptive", "fixed"] = Field(
+        "adaptive", description="adaptive: find the engine's knee from its answers (raise the number in flight "
+        "while sandboxes a second rise, lower it when latency climbs without them, halve it on time-outs and "
+        "engine errors), under --sandbox_engine_concurrency; fixed: always that number")
     engine_timeout: float = Field(30.0, gt=0, description="seconds one container create/start/remove may take, "
                                   "including its wait for an engine slot, before the prompt fails")
     local_dir: str | None = Field(None, description="the local backend only: where its sandboxes' folders are made "

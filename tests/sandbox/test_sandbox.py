@@ -25,6 +25,7 @@ from hermes.sandbox.base import (
     SandboxSettings,
     SandboxSpec,
 )
+from hermes.sandbox.docker.engine import all_dropped
 from hermes.sandbox.local import LocalSandbox, plain_words
 from tests.helpers import LoopbackListener, interfaces, routes, unique_sleep, unpullable_image, until, within
 
@@ -323,7 +324,8 @@ def test_limits_applied(sb):
     hc = sb.api.inspect_container(sb.container_id)["HostConfig"]
     assert hc["Memory"] == 1 << 30 and hc["MemorySwap"] == 1 << 30
     assert hc["NanoCpus"] == 1_000_000_000 and hc["PidsLimit"] == 256
-    assert hc["ReadonlyRootfs"] and hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]
+    # Docker keeps CapDrop ["ALL"]; Podman's Docker API lists its default capabilities instead
+    assert hc["ReadonlyRootfs"] and all_dropped(hc["CapDrop"], hc["CapAdd"]) and "no-new-privileges" in hc["SecurityOpt"]
     assert hc["NetworkMode"] == "none" and hc["Init"]
     assert hc["AutoRemove"]  # its main process's end removes it (issue 34: nothing outlives its deadline)
     assert set(hc["Tmpfs"]) == {"/tmp", "/workspace"}

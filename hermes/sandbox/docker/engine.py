@@ -1,8 +1,8 @@
 """The Docker engine: the process-wide client, the gate its container calls pass, what it
 says it cannot enforce, and the images it has.
 
-Creates, starts and removes pass a process-wide gate (settings.engine_concurrency) with a time
-limit (settings.engine_timeout); see _Gate for why more in flight only slows the engine down.
+Creates, starts and removes pass a process-wide gate paced to the engine (hermes/sandbox/pacing.py;
+settings.engine_concurrency its ceiling) with a time limit (settings.engine_timeout).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 
 from hermes.sandbox.base import EngineTimeout, ImageUnavailable, SandboxError, SandboxSettings
 from hermes.sandbox.docker.limits import pids_limits
+from hermes.sandbox.pacing import pacer
 
 log = logging.getLogger(__name__)
 
@@ -41,49 +42,19 @@ def get_client() -> docker.DockerClient:
         return _client
 
 
-class _Gate:
-    """Bounds the container creates, starts and removes in flight at the engine, process-wide.
-
-    dockerd gets slower, not faster, with more of them at once (a bare sandbox lives ~0.5 s at
-    4 in flight, ~8 s at 64, for the same throughput) and deadlocked here at 64: past a handful,
-    concurrency only queues inside the engine. Waiting here for a slot is bounded too, so a
-    stuck engine fails prompts instead of piling them up.
-    """
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.busy = 0
-        self._cond = threading.Condition()
-
-    def resize(self, limit: int) -> None:
-        with self._cond:
-            if limit != self.limit:
-                self.limit = limit
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def slot(self, what: str, timeout: float) -> Iterator[None]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self.busy < self.limit, timeout):
-                raise EngineTimeout(f"Docker engine too slow: {what} waited {timeout:g}s behind "
-                                    f"{self.busy} container operations in flight")
-            self.busy += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.busy -= 1
-                self._cond.notify()
-
-
-gate = _Gate(SandboxSettings().engine_concurrency)
+#: The process-wide gate of this process's container creates, starts, removes and channel execs:
+#: its width found by the pacing controller (hermes/sandbox/pacing.py) under the settings' ceiling,
+#: since dockerd gets slower, not faster, past a handful in flight (a bare sandbox lives ~0.5 s at 4
+#: in flight, ~8 s at 64, for the same throughput; it deadlocked here at 64). Waiting for a slot is
+#: bounded too, so a stuck engine fails prompts instead of piling them up.
+gate = pacer("Docker engine", SandboxSettings().engine_concurrency, unit="container operations")
 
 
 @contextlib.contextmanager
 def engine_call(what: str, settings: SandboxSettings) -> Iterator[None]:
     """One gated engine call; a time-out becomes EngineTimeout (the SDK raises requests' own
     exceptions for it, which are no DockerException)."""
-    gate.resize(settings.engine_concurrency)
+    gate.configure(settings.engine_concurrency, settings.engine_pacing == "adaptive")
     with gate.slot(what, settings.engine_timeout):
         try:
             yield
@@ -171,6 +142,20 @@ def report_create_warnings(warnings: list[str] | None) -> None:
         _loud("engine said on container create: %s", w)
 
 
+#: the capabilities a container engine grants by default (Docker's set; Podman's is the same)
+DEFAULT_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                                  "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID",
+                                  "SYS_CHROOT"})
+
+
+def all_dropped(cap_drop: list[str] | None, cap_add: list[str] | None) -> bool:
+    """Whether a container's CapDrop drops what it was not explicitly given: Docker keeps "ALL" as
+    asked; Podman's Docker API expands it to the list of its default capabilities."""
+    dropped = {c.upper().removeprefix("CAP_") for c in cap_drop or []}
+    added = {c.upper().removeprefix("CAP_") for c in cap_add or []}
+    return "ALL" in dropped or DEFAULT_CAPABILITIES - added <= dropped
+
+
 def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
     """What the engine did not apply, read back from a container's HostConfig."""
     expect = {
@@ -179,7 +164,7 @@ def host_config_problems(hc: dict, settings: SandboxSettings) -> list[str]:
         "NanoCpus": ("CPU limit", lambda v: v == int(settings.cpus * 1e9)),
         "PidsLimit": ("pids limit", lambda v: v == pids_limits(settings)[0]),
         "ReadonlyRootfs": ("read-only root", lambda v: bool(v) == settings.read_only),
-        "CapDrop": ("dropped capabilities", lambda v: "ALL" in (v or [])),
+        "CapDrop": ("dropped capabilities", lambda v: all_dropped(v, hc.get("CapAdd"))),
         "SecurityOpt": ("no-new-privileges", lambda v: "no-new-privileges" in (v or [])),
         "NetworkMode": ("no network", lambda v: settings.network or v == "none"),
         "Init": ("init process", lambda v: bool(v)),

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from hermes.sandbox import lifecycle
-from hermes.sandbox.base import ExecResult, OutputCap, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
+from hermes.sandbox.base import EngineTimeout, ExecResult, OutputCap, SandboxError, SandboxSettings, SandboxSpec, resolve_cwd
 from hermes.sandbox.docker import channel
 from hermes.sandbox.docker.channel import STALE_LIMIT, fmt_seconds, request
 from hermes.sandbox.docker.output import Outcome, finish, read_output
@@ -33,6 +33,7 @@ from hermes.sandbox.docker.files import ChannelFiles
 from hermes.sandbox.docker.sandbox import HOST_GRACE
 from hermes.sandbox.runc import reaper, state
 from hermes.sandbox.docker.link import hello
+from hermes.sandbox.pacing import pacer
 from hermes.sandbox.runc.pipes import InitLink, PipeChannel, PipeFrames
 from hermes.sandbox.runc.rootfs import image_root
 from hermes.sandbox.runc.spec import build_spec, parse_user
@@ -103,11 +104,16 @@ class RuncSandbox(ChannelFiles):
             (self.box / "config.json").write_text(json.dumps(config))
             state.removals.opened(self.name, run)
             try:
-                self._run_init()
-                self._watch_lifetime()
-                chan = PipeChannel(self._init.stdin.fileno(), PipeFrames(self._init.stdout.fileno(),
-                                                                        self._init.stderr.fileno(), self._usable))
-                chan.pid = hello(chan, text, time.monotonic() + START_TIMEOUT)
+                # The start (runc run, the channel's greeting) is paced like the docker backend's
+                # creates: runc's starts share the host's CPUs, and past a few at once only wait.
+                s = self.settings
+                gate = pacer("runc", s.engine_concurrency, s.engine_pacing == "adaptive", unit="sandbox starts")
+                with gate.slot(f"start of runc sandbox {self.name}", s.engine_timeout):
+                    self._run_init()
+                    self._watch_lifetime()
+                    chan = PipeChannel(self._init.stdin.fileno(), PipeFrames(self._init.stdout.fileno(),
+                                                                            self._init.stderr.fileno(), self._usable))
+                    chan.pid = hello(chan, text, time.monotonic() + START_TIMEOUT)
             except BaseException:
                 self.close()
                 raise
@@ -125,7 +131,7 @@ class RuncSandbox(ChannelFiles):
         try:
             code = wait_exit(self._init, START_TIMEOUT)
         except subprocess.TimeoutExpired as e:
-            raise SandboxError(f"runc run of {self.name} did not finish within {START_TIMEOUT:g}s") from e
+            raise EngineTimeout(f"runc run of {self.name} did not finish within {START_TIMEOUT:g}s") from e
         if code != 0:
             os.set_blocking(self._init.stderr.fileno(), False)
             try:
