@@ -209,6 +209,7 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
                     tail.finish(batch.num)
                 steps.outcome(batch, future, session.ctx)
                 batch.release()  # its rows' text: only the batches in flight keep theirs
+        publisher.finish_soon()  # the last shard and compaction go out while the session closes
     except BaseException:
         publisher.abandon()  # it publishes what landed and ends; the next start does the rest
         raise

@@ -38,9 +38,7 @@ from typing import Any, Iterator
 from pydantic_core import from_json
 
 from hermes.data import journal
-from hermes.data.entry import KEPT
 from hermes.data.run_paths import RunPaths
-from hermes.run import rundir
 from hermes.run.export import ONLY
 from hermes.run.publish_target import Target
 from hermes.run.shards import PublishError, shape
@@ -51,7 +49,9 @@ log = logging.getLogger(__name__)
 COMPACT_ROWS = 50_000
 #: rows held for a shard at most, whatever --publish_every says (memory stays bounded)
 MAX_PENDING = 10_000
-_KEPT = {s.value for s in KEPT}
+#: hermes.data.entry.KEPT's values (tests/run/test_publish.py holds them equal): importing that module
+#: builds its pydantic models, a quarter of a second of the worker's start on a busy machine
+KEPT = ("completed", "partial")
 
 
 def state_dir(run_path: Path, url: str, fmt: str, only: str | None) -> Path:
@@ -107,7 +107,11 @@ class Publication:
         self.fmt, self.only = fmt, only
         self.every_entries, self.every_seconds = parse_every(every)
         if require_check_pass is None:
-            settings = rundir.read_manifest(self.run_path).get("settings") or {}
+            # run.json, read directly: the worker process does not load the settings' module tree
+            try:
+                settings = json.loads(self.paths.manifest.read_text(encoding="utf-8")).get("settings") or {}
+            except (OSError, ValueError):
+                settings = {}
             require_check_pass = bool(settings.get("require_check_pass"))
         self.require_check_pass = require_check_pass
         self.target = Target(url)
@@ -202,7 +206,7 @@ class Publication:
         if status == "failed" or key in seen:
             return None
         seen.add(key)
-        if not wanted or status not in _KEPT or meta.get("hallucinated_tools"):
+        if not wanted or status not in KEPT or meta.get("hallucinated_tools"):
             return None
         reward = entry.get("reward")
         if self.require_check_pass and not (isinstance(reward, dict) and reward.get("passed")):

@@ -29,6 +29,9 @@ class NoPublisher:
     def landed(self, num: int) -> None:
         pass
 
+    def finish_soon(self) -> None:
+        pass
+
     def finish(self) -> dict[str, Any] | None:
         return None
 
@@ -56,14 +59,20 @@ class Publisher(NoPublisher):
         except BrokenPipeError:
             self._unsent = b""  # the worker died: said at the end; the next start publishes the rest
 
-    def finish(self) -> dict[str, Any] | None:
-        """Send the rest and "finish"; wait for the worker's summary."""
+    def finish_soon(self) -> None:
+        """Send the rest and "finish": the worker publishes it while the run closes its session."""
+        if self.proc.stdin.closed:
+            return
         os.set_blocking(self.proc.stdin.fileno(), True)
         try:
             self.proc.stdin.write(self._unsent + b"finish\n")
             self.proc.stdin.close()
         except BrokenPipeError:
             pass
+
+    def finish(self) -> dict[str, Any] | None:
+        """finish_soon(), then wait for the worker's summary."""
+        self.finish_soon()
         out = self.proc.stdout.read()
         code = self.proc.wait()
         if code != 0:

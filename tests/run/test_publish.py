@@ -237,6 +237,11 @@ def test_a_kill_storm_publishes_every_final_entry_exactly_once(where, tmp_path, 
 
 
 def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(tmp_path, mock_llm):
+    from hermes.data.entry import KEPT
+    from hermes.run import publish
+
+    assert publish.KEPT == tuple(s.value for s in KEPT)  # the worker's copy, kept to spare it pydantic's models
+
     run_name = unique_run("publish-later")
     dataset = write_dataset(tmp_path / "prompts.jsonl", rows(12, run_name))
     cmd = [c for c in run_cmd(dataset, run_name, mock_llm.base_url, "x") if not c.startswith("--publish")]
