@@ -10,6 +10,7 @@ reads end-of-file, publishes what it read, and exits; the next invocation's work
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -115,7 +116,7 @@ def start(settings: Any, run_path: Path) -> NoPublisher:
 def check(url: str, fmt: str, only: str | None, every: str) -> None:
     """What can be refused before a run starts: the shape, the filter, the cadence, the URL's
     credentials and whether a filesystem of its protocol is installed."""
-    import fsspec
+    from fsspec.registry import known_implementations, registry
 
     from hermes.run.export import ONLY
     from hermes.run.publish import parse_every
@@ -128,10 +129,14 @@ def check(url: str, fmt: str, only: str | None, every: str) -> None:
         raise PublishError(f"--publish_only {only!r}: one of {', '.join(ONLY)}")
     url = check_url(url)
     protocol = url.split("://", 1)[0] if "://" in url else "file"
-    try:
-        fsspec.get_filesystem_class(protocol)
-    except (ImportError, ValueError) as e:
-        raise PublishError(f"--publish {url}: {e} (pip install 'hermes-batch[publish]')") from None
+    # whether the protocol's package is installed, without importing it here (s3fs brings botocore:
+    # CPU the run's prompts would pay; the worker process imports it)
+    known = known_implementations.get(protocol)
+    if protocol not in registry and known is None:
+        raise PublishError(f"--publish {url}: no fsspec filesystem knows the protocol {protocol!r}")
+    if known is not None and importlib.util.find_spec(known["class"].split(".")[0]) is None:
+        raise PublishError(f"--publish {url}: {known.get('err') or known['class'] + ' is not installed'} "
+                           f"(pip install 'hermes-batch[publish]')")
 
 
 # --------------------------------------------------------------------------- the worker process
