@@ -104,8 +104,8 @@ class Reader(threading.Thread):
         datasets.disable_progress_bars()
         fs, root = filesystem(self.url)
         while not self.stop.is_set():
-            try:
-                names = [p for p in fs.find(root) if not p.endswith("_manifest.json") and "/_staging/" not in p]
+            try:  # what a glob over data/ sees (s3fs may answer a missing prefix with the prefix itself)
+                names = [p for p in fs.find(f"{root}/data") if p.rstrip("/") != f"{root}/data"]
             except FileNotFoundError:
                 names = []
             fs.invalidate_cache()
