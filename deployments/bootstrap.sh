@@ -12,8 +12,8 @@ apt_install() {  # others may hold apt's lock (unattended upgrades, a parallel i
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >/dev/null
 }
 
-log "installing the hermes-batch package and its test and benchmark dependencies"
-python3 -m pip install -q --disable-pip-version-check -e ".[test,bench]"
+log "installing the hermes-batch package and its test, benchmark and publishing dependencies"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,bench,publish]"
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 
 engine_answers() { timeout 20 docker info >/dev/null 2>&1; }

@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify": "run the task folders' reference solutions and tests (the oracle); name those that fail",
         "view": "look at a run in the browser: summary, entries under filters, conversations (127.0.0.1)",
         "export": "a run's trajectories for training: OpenAI messages with tool_calls, ShareGPT or Parquet",
+        "publish": "publish a run's final entries as Parquet shards to a folder, s3:// or hf:// (as --publish does live)",
         "env": "the HERMES_* environment variables: each one's value now (keys: set or not), default and meaning",
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
@@ -169,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "export":
         from hermes.run.export import main as export_main
         return export_main(rest)
+    if command == "publish":
+        from hermes.run.publish_command import main as publish_main
+        return publish_main(rest)
     if command == "env":
         from hermes.environment import listing
         argparse.ArgumentParser(prog="hermes-batch env", description=commands["env"]).parse_args(rest)

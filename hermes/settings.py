@@ -159,6 +159,33 @@ class RunSettings(AgentSettings):
         "prompts offered tools never called one (a server without a tool parser, a model that does not call "
         "tools); 1 (default): never Failed for it, but past half the summary, report and log warn loudly")
 
+    # --- publishing while the run goes (issue 48; hermes/run/publish.py). No credentials here: the
+    # URL is refused when it carries any; they come from the worker's environment.
+    publish: str | None = Field(None, description="publish the final entries as Parquet shards while the run goes: "
+                                "a folder, s3://bucket/prefix, hf://datasets/org/name or any fsspec URL "
+                                "(credentials from the environment only, never in the URL)")
+    publish_format: str = Field("openai", description="row shape of the shards: openai (the columns of `export "
+                                "--format parquet`), sharegpt (the trajectory's fields), or a registered one (rl)")
+    publish_only: Literal["passed", "completed"] | None = Field(
+        None, description="publish only entries whose row check passed, or those not stopped at max_turns")
+    publish_every: str = Field("1000,60s", description="a shard every N entries and/or every Ns seconds "
+                               "(e.g. 1000, 30s, 1000,30s): an entry is published within that long of its "
+                               "batch landing; small shards are compacted at the end",
+                               json_schema_extra={"pattern": r"^\s*\d+(\.\d+)?s?\s*(,\s*\d+(\.\d+)?s?\s*)?$"})
+
+    @field_validator("publish")
+    @classmethod
+    def _publish_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v.strip())
+        if parts.scheme and (parts.username or parts.password):
+            raise ValueError("the URL carries credentials: give them through the environment "
+                             "(AWS_ACCESS_KEY_ID, HF_TOKEN, ...), never in the URL, which is stored with the run")
+        return v.strip()
+
     @field_validator("run_name")
     @classmethod
     def _safe_run_name(cls, v: str) -> str:

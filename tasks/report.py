@@ -95,6 +95,7 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
         f"- checkpoint: `{paths.checkpoint}`",
         f"- batch files (the journal): `{paths.root / BATCH_GLOB}`",
         "",
+        *_published(run_path),
         "## Prompts", "",
         "| outcome | prompts |", "|---|---|",
         f"| completed | {stats.get('prompts_completed', 0)} |",
@@ -116,6 +117,18 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
                       "Failed prompts run again when the run is started with `resume: true` "
                       "(the same settings otherwise)."]
     return "\n".join(lines) + "\n"
+
+
+def _published(run_path: Path) -> list[str]:
+    """Where --publish put the run's shards, and how many entries they hold (hermes.run.publish)."""
+    from hermes.run.publish import published
+
+    lines = []
+    for p in published(run_path):
+        lines += [f"- [{p['url']}]({p['url']}): {p['entries']} entries in {p['shards']} shard(s), format "
+                  f"`{p['format']}`{', only ' + p['only'] if p.get('only') else ''}; load with "
+                  f"`datasets.load_dataset(\"parquet\", data_files=\"{p['data_files']}\")`"]
+    return ["## Published", "", *lines, ""] if lines else []
 
 
 def _cell(text: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from hermes.run import clusters, local_processes, merge, rundir
-from hermes.run import remote, runner
+from hermes.run import publish_command, remote, runner
 from hermes.data.outcome import check_failed_share
 from hermes.run import tool_use
 from hermes.run.admission import Admission
@@ -196,9 +196,12 @@ def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | Non
 def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> dict[str, Any]:
     steps = steps or Steps()
     steps.check(settings)
+    publish_command.check_settings(settings)  # a bad --publish is refused before anything runs
     session = RunSession.open(settings, api_key=api_key)
     tail = None
+    publisher = publish_command.NoPublisher()
     try:
+        publisher = publish_command.start(settings, session.path)  # its own process: off the prompts' path
         batches = steps.plan(session)
         on_done = steps.progress(settings.run_name, batches.prompts)
         if local_processes.elsewhere(settings):  # prompts finish in other processes: count them from the journal
@@ -209,14 +212,20 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
         with steps.fan_out(settings) as submit:
             for batch, future in landing(batches, submit, session.ctx, steps):
                 steps.record(session, batch)  # index it as soon as it lands, whatever else fails
+                publisher.landed(batch.num)  # a few bytes into a pipe, never a wait
                 if tail:
                     tail.finish(batch.num)
                 steps.outcome(batch, future, session.ctx)
                 batch.release()  # its rows' text: only the batches in flight keep theirs
+        publisher.finish_soon()  # the last shard and compaction go out while the session closes
+    except BaseException:
+        publisher.abandon()  # it publishes what landed and ends; the next start does the rest
+        raise
     finally:
         if tail:
             tail.stop()
         session.close()
+    publisher.finish()  # the rest, compacted; the report (in merge) reads its summary from the run folder
     stats = steps.merge(session.path, settings.max_failed_share)
     check_failed_share(stats, settings.max_failed_share, session.path)
     tool_use.report(stats)  # agents that never acted: said loudly (hermes.run.tool_use)

@@ -114,7 +114,7 @@ def test_hermes_batch_help_lists_its_commands(tmp_path):
     assert done.stdout.startswith("usage: hermes-batch COMMAND [options]")
     listed = re.findall(r"^  (\S+)\s{2,}\S", done.stdout, re.M)
     for command in ("run", "merge", "list-distributions", "mock-llm", "sandbox", "demo", "server", "status",
-                    "chat", "serve", "tasks", "verify", "view", "export", "env"):
+                    "chat", "serve", "tasks", "verify", "view", "export", "publish", "env"):
         assert command in listed, (command, done.stdout)
     unknown = subprocess.run([hermes_batch(), "no-such-command"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=120)

@@ -262,6 +262,7 @@ def test_prefect_yaml_deploys_the_three_deployments(stack):
     assert set(schema["definitions"]["RunSettings"]["required"]) == {"dataset_file", "batch_size", "run_name"}
     assert all(f.get("description") for f in fields.values())
     assert fields["max_failed_share"]["default"] == 0.5
+    assert fields["publish"]["default"] is None and "environment" in fields["publish"]["description"]  # issue 48
     assert "api_key" not in json.dumps(fields).replace("api_key_secret", "")  # the key is never a parameter
     assert schema["properties"]["api_key_secret"]["description"]
     assert batch.parameters["settings"]["dataset_file"] == "deployments/demo/prompts.jsonl"
