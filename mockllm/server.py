@@ -146,6 +146,9 @@ class Routes:
         if path in ("/v1/models", "/models"):
             return json_response(200, {"object": "list", "data": [
                 {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "hermes-batch"}]})
+        if path.startswith(("/v1/models/", "/models/")):  # OpenAI's retrieve-model: the mock serves any name
+            return json_response(200, {"id": path.split("/models/", 1)[1],
+                                       "object": "model", "created": 0, "owned_by": "hermes-batch"})
         if path == "/_mock/requests":
             return json_response(200, state.snapshot()[0])
         if path == "/_mock/stats":

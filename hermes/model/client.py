@@ -19,6 +19,7 @@ from hermes.data.failures import status_failure
 from hermes.errors import HermesError
 from hermes.environment import read
 from hermes.lazyimport import imported
+from hermes.model.breaker import Breaker
 from hermes.model.calls import CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
 from hermes.settings import AgentSettings
@@ -97,6 +98,7 @@ class ModelClient:
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
+        self.breaker = Breaker(settings.breaker_seconds)  # shared by every request of the run
         self._base_url = settings.base_url
         self._max_retries = settings.max_retries if max_retries is None else max_retries
         self._timeout = timeout
@@ -118,7 +120,8 @@ class ModelClient:
 
     def _calls(self) -> CallLoop:
         return self._made("_loop", lambda: CallLoop(lambda: Endpoint(
-            self._base_url, self.api_key, limiter=self.limiter, max_retries=self._max_retries, timeout=self._timeout)))
+            self._base_url, self.api_key, limiter=self.limiter, max_retries=self._max_retries, timeout=self._timeout,
+            breaker=self.breaker)))
 
     def _made(self, name: str, make: Callable[[], Any]) -> Any:
         """self.<name>, made once under the lock; read once outside it (close() may clear it meanwhile)."""

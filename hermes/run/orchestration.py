@@ -22,11 +22,12 @@ import collections
 import concurrent.futures
 import contextlib
 import gc
+import itertools
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from hermes.run import local_processes, merge
-from hermes.run import remote, runner
+from hermes.run import endpoint, remote, runner
 from hermes.data.outcome import check_failed_share
 from hermes.run.admission import Admission
 from hermes.run.progress import JournalTail, ProgressLine
@@ -188,7 +189,9 @@ def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | Non
 def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> dict[str, Any]:
     steps = steps or Steps()
     steps.check(settings)
+    settings = endpoint.checked(settings, api_key)  # a dead endpoint refuses the run here, nothing journaled
     session = RunSession.open(settings, api_key=api_key)
+    breaker = session.ctx.client.breaker
     tail = None
     try:
         batches = steps.plan(session)
@@ -199,7 +202,9 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
             session.ctx.on_prompt_done = on_done
             session.ctx.admission = Admission(ahead=settings.num_workers)
         with steps.fan_out(settings) as submit:
-            for batch, future in landing(batches, submit, session.ctx, steps):
+            # once the breaker opened no more batches go out: what is not done stays owed
+            owed = itertools.takewhile(lambda _: not breaker.open, batches)
+            for batch, future in landing(owed, submit, session.ctx, steps):
                 steps.record(session, batch)  # index it as soon as it lands, whatever else fails
                 if tail:
                     tail.finish(batch.num)
@@ -210,5 +215,6 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
             tail.stop()
         session.close()
     stats = steps.merge(session.path, settings.max_failed_share)
+    endpoint.raise_if_down(breaker, stats, session.path)
     check_failed_share(stats, settings.max_failed_share, session.path)
     return stats

@@ -21,6 +21,7 @@ from hermes.data.dataset import Row
 from hermes.data.entry import HermesBlock, JournalEntry, Status
 from hermes.data.failures import of_exception
 from hermes.data.run_paths import RunPaths
+from hermes.model.breaker import endpoint_wide
 from hermes.model.client import ModelClient
 from hermes.agent.offload import Offload
 from hermes.agent.prefill import load_prefill
@@ -223,6 +224,8 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
     errors: list[str | None] = []
     policy = RetryPolicy.for_settings(ctx.settings)
     slots, offload = ctx.slots(), ctx.offload()
+    breaker = ctx.client.breaker
+    held: dict[int, list[dict[str, Any]]] = {}  # requeued attempts' lines not yet written, by row
     started = 0
 
     async def one(row: Row, attempt: int) -> float | None:
@@ -232,6 +235,9 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
                 started += 1
                 if ctx.admission:
                     ctx.admission.started()
+            if breaker.open:  # the endpoint is down: the prompt stays owed, no line (hermes.model.breaker)
+                held.pop(id(row), None)
+                return None
             if ctx.in_flight:
                 ctx.in_flight.started()
             try:
@@ -239,12 +245,24 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
             finally:
                 if ctx.in_flight:
                     ctx.in_flight.finished()
+        wide = entry.hermes.status == Status.FAILED and endpoint_wide(entry.hermes.error_kind)
+        if breaker.open and wide:
+            held.pop(id(row), None)
+            log.info("prompt %d: the model endpoint is down; not recorded, it stays owed", row.index)
+            return None
         # A transient failure goes back in the queue (hermes.run.requeue); each attempt is a journal line.
         retry_in = policy.delay(entry.hermes, attempt)
         entry.hermes.attempt = attempt
         entry.hermes.requeued = retry_in is not None
         record = entry.record()
-        await offload(journal.append, path, record)
+        if retry_in is not None and wide:
+            # Held until its retry ends: if the breaker stops the run meanwhile, this attempt is not
+            # written either, and the prompt stays owed, not failed (lost in a crash: owed all the same).
+            held.setdefault(id(row), []).append(record)
+        else:
+            for earlier in held.pop(id(row), []):
+                await offload(journal.append, path, earlier)
+            await offload(journal.append, path, record)
         if retry_in is not None:
             log.info("prompt %d: attempt %d failed (%s), again in %.1fs", row.index, attempt,
                      entry.hermes.error, retry_in)

@@ -1,0 +1,45 @@
+"""A run's side of the endpoint checks: the check before the fan-out, the breaker's verdict after it
+(hermes.model.preflight, hermes.model.breaker)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hermes.model.breaker import Breaker, EndpointDown
+from hermes.model.client import resolve_api_key
+from hermes.model.preflight import EndpointUnusable, check_endpoint
+from hermes.run.rundir import RunRefused
+from hermes.settings import RunSettings
+
+log = logging.getLogger(__name__)
+
+
+class EndpointRefused(RunRefused, EndpointUnusable):
+    """The endpoint check refused the run before anything ran."""
+
+
+def checked(settings: RunSettings, api_key: str | None) -> RunSettings:
+    """The settings to run with, once the endpoint was seen able to serve them (--check_endpoint);
+    the model's context length filled in from /models where the endpoint says it and no flag did."""
+    if not settings.check_endpoint:
+        return settings
+    try:
+        info = check_endpoint(settings.base_url, settings.model, resolve_api_key(api_key))
+    except EndpointUnusable as e:
+        raise EndpointRefused(f"run '{settings.run_name}' refused: {e}") from None
+    log.info("endpoint check: %s serves '%s'%s", settings.base_url, settings.model,
+             f" (context {info.context_length} tokens)" if info.context_length else "")
+    if settings.context_length is None and info.context_length:
+        return settings.model_copy(update={"context_length": info.context_length})
+    return settings
+
+
+def raise_if_down(breaker: Breaker, stats: dict[str, Any], run_path: Path) -> None:
+    """The breaker opened during the run: end it with the reason (outputs were written)."""
+    if not breaker.open:
+        return
+    raise EndpointDown(
+        f"the run stopped: the model endpoint failed every request for {breaker.seconds:g} s with no success "
+        f"({breaker.reason}). The prompts not done are not marked failed; outputs were written to "
+        f"{Path(run_path).resolve()}. Fix the endpoint, then run again with --resume (resume=true).", stats)
