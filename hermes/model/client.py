@@ -19,6 +19,7 @@ from hermes.data.failures import status_failure
 from hermes.errors import HermesError
 from hermes.environment import read
 from hermes.lazyimport import imported
+from hermes.model import sampling
 from hermes.model.breaker import Breaker
 from hermes.model.calls import CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
@@ -62,6 +63,7 @@ def extra_body(s: AgentSettings) -> dict[str, Any]:
             provider[key] = value
     if provider:
         body["provider"] = provider
+    body.update(sampling.body_fields(s))  # temperature ... --extra_body (hermes.model.sampling)
     return body
 
 
@@ -95,6 +97,7 @@ class ModelClient:
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
+        self.sampling_seed = settings.sampling_seed
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
@@ -141,8 +144,9 @@ class ModelClient:
             kwargs["tools"] = tools
         if self.max_tokens:
             kwargs["max_tokens"] = self.max_tokens
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        seed = sampling.seed_for(self.sampling_seed, messages)  # this prompt's, this turn's
+        if self.extra_body or seed is not None:
+            kwargs["extra_body"] = {**self.extra_body, **({"seed": seed} if seed is not None else {})}
         return kwargs
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""A run's side of the endpoint checks: the check before the fan-out, the breaker's verdict after it
-(hermes.model.preflight, hermes.model.breaker)."""
+"""A run's side of its model endpoint: the check before the fan-out, a resume's sampling compared
+with the run's, the breaker's verdict after it (hermes.model.preflight, .sampling, .breaker)."""
 from __future__ import annotations
 
 import logging
@@ -9,6 +9,8 @@ from typing import Any
 from hermes.model.breaker import Breaker, EndpointDown
 from hermes.model.client import resolve_api_key
 from hermes.model.preflight import EndpointUnusable, check_endpoint
+from hermes.model.sampling import changed
+from hermes.run import rundir
 from hermes.run.rundir import RunRefused
 from hermes.settings import RunSettings
 
@@ -33,6 +35,20 @@ def checked(settings: RunSettings, api_key: str | None) -> RunSettings:
     if settings.context_length is None and info.context_length:
         return settings.model_copy(update={"context_length": info.context_length})
     return settings
+
+
+def warn_if_sampling_changed(settings: RunSettings) -> None:
+    """A resume that samples differently from the run so far says so: its entries will mix two
+    samplings (run.json keeps the latest). A warning, not a refusal: raising the temperature to
+    get past prompts that failed is a fair thing to do, as long as it is known."""
+    if not settings.resume:
+        return
+    before = (rundir.read_manifest(rundir.run_dir(settings)) or {}).get("settings") or {}
+    diff = changed(before, settings)
+    if diff:
+        log.warning("resume of '%s' with different sampling settings: %s; the run's entries will mix both "
+                    "(run.json keeps the latest settings)",
+                    settings.run_name, ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items()))
 
 
 def raise_if_down(breaker: Breaker, stats: dict[str, Any], run_path: Path) -> None:

@@ -190,6 +190,7 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
     steps = steps or Steps()
     steps.check(settings)
     settings = endpoint.checked(settings, api_key)  # a dead endpoint refuses the run here, nothing journaled
+    endpoint.warn_if_sampling_changed(settings)
     session = RunSession.open(settings, api_key=api_key)
     breaker = session.ctx.client.breaker
     tail = None

@@ -21,6 +21,7 @@ from hermes.data.dataset import Row
 from hermes.data.entry import HermesBlock, JournalEntry, Status
 from hermes.data.failures import of_exception
 from hermes.data.run_paths import RunPaths
+from hermes.model import sampling
 from hermes.model.breaker import endpoint_wide
 from hermes.model.client import ModelClient
 from hermes.agent.offload import Offload
@@ -129,12 +130,13 @@ async def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
             spec, task = await task_rows.prepare(row, spec, task, s, ctx.backend, ctx.offload())
         # Prefetch: the container starts while the first model call is out, unless no tool could use it
         # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
-        done = await converse_async(
-            ctx.client, row.row.prompt, offered, spec, ctx.backend, offload=ctx.offload(),
-            context=ctx.tool_context(row.key), max_turns=s.max_turns,
-            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill,
-            prefetch=s.sandbox.prefetch, remove_in_background=True, image_first=True,
-            prepare=task and task.prepare, judge=task and task.judge, timeout=spec.lifetime)
+        with sampling.for_prompt(row.key):  # its model calls' seeds (--sampling_seed)
+            done = await converse_async(
+                ctx.client, row.row.prompt, offered, spec, ctx.backend, offload=ctx.offload(),
+                context=ctx.tool_context(row.key), max_turns=s.max_turns,
+                system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill,
+                prefetch=s.sandbox.prefetch, remove_in_background=True, image_first=True,
+                prepare=task and task.prepare, judge=task and task.judge, timeout=spec.lifetime)
         wait = done.sandbox_wait
         error, failure = done.run.error, done.run.failure
     except SandboxError as e:
