@@ -72,6 +72,11 @@ class HermesBlock(BaseModel):
     trial: int = 1
     #: the task folder's name, for rows read from one (statistics.json's per-task pass rates)
     task: str | None = None
+    # open models (issue 44): why a partial stopped before its answer ("context_length": the endpoint
+    # said the conversation outgrew the model), and per assistant turn the tokens it sent with their
+    # logprobs (--logprobs; hermes.model.logprobs). Absent when unset: older lines keep their bytes.
+    stop_reason: str | None = Field(None, exclude_if=lambda v: v is None)
+    logprobs: list[dict[str, Any]] | None = Field(None, exclude_if=lambda v: v is None)
 
     @model_serializer(mode="wrap")
     def _plain_rows_unchanged(self, handler):

@@ -98,6 +98,7 @@ class ModelClient:
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
         self.sampling_seed = settings.sampling_seed
+        self.context_length = settings.context_length  # tool results are cut to fit it (hermes.model.context)
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)

@@ -6,7 +6,9 @@ as partial with the reason `context_length`, its trajectory so far kept (hermes.
 """
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 #: the kind (hermes.errors) of an endpoint's refusal of a conversation too long for the model
 CONTEXT_LENGTH = "context_length"
@@ -42,3 +44,23 @@ def cut_to_fit(text: str, budget_tokens: int) -> str:
     keep = max(limit - len(note) - 8, 0)
     head, tail = keep * 2 // 3, keep - keep * 2 // 3
     return text[:head] + note.format(len(text) - head - tail) + (text[len(text) - tail:] if tail else "")
+
+
+#: tokens kept free for the answer when --max_tokens does not say
+ANSWER_RESERVE = 1024
+
+
+def fit_results(results: list[str], conversation: list[dict[str, Any]], context_length: int | None,
+                max_tokens: int | None) -> list[str]:
+    """A turn's tool results, cut (head and tail kept) so that the conversation plus them plus the
+    answer's room stays within `context_length`, each result getting an equal share of what is
+    left; unchanged where the context is unknown or they fit. A count by characters, on the safe
+    side: the endpoint's tokenizer is not at hand."""
+    if not context_length or not results:
+        return results
+    used = estimated_tokens(json.dumps(conversation, ensure_ascii=False, default=str))
+    room = context_length - used - (max_tokens or ANSWER_RESERVE)
+    if sum(estimated_tokens(r) for r in results) <= room:
+        return results
+    share = max(room // len(results), 0)
+    return [cut_to_fit(r, share) if isinstance(r, str) else r for r in results]

@@ -198,6 +198,7 @@ def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools
             worker=ctx.worker,
             trial=row.trial,
             task=row.row.task_folder.name if row.row.task_folder else None,
+            stop_reason=run.stop_reason if run else None,
         ),
     )
 
