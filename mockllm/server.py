@@ -22,6 +22,7 @@ from aiohttp import web
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
 from mockllm.images import ImageAPI
+from mockllm.logprobs import add_logprobs
 from mockllm.ratelimit import RequestBucket, format_duration
 from mockllm.scenario import reply_for
 from mockllm.wire import completion_chunks, completion_object, error_body
@@ -240,7 +241,7 @@ class Routes:
                                 f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})", extra)
         state.count("ok")
         if not body.get("stream"):
-            return json_response(200, completion_object(body, reply, state.config.reasoning), extra)
+            return json_response(200, add_logprobs(completion_object(body, reply, state.config.reasoning), body), extra)
         state.count("streamed")
         return await self.stream(request, completion_chunks(body, reply, state.config.reasoning), extra)
 

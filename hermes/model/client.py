@@ -19,7 +19,7 @@ from hermes.data.failures import status_failure
 from hermes.errors import HermesError
 from hermes.environment import read
 from hermes.lazyimport import imported
-from hermes.model import sampling
+from hermes.model import logprobs, sampling
 from hermes.model.breaker import Breaker
 from hermes.model.calls import CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
@@ -261,6 +261,9 @@ def _reply_of_dict(resp: Any) -> Reply:
     except (KeyError, TypeError) as e:
         raise ModelError(f"model endpoint answered a malformed tool call: {raw.get('tool_calls')!r:.300}",
                          kind=UNUSABLE) from e
+    turn_logprobs = logprobs.of_choice(choice)  # asked with --logprobs (hermes.model.logprobs)
+    if turn_logprobs is not None:
+        message[logprobs.KEY] = turn_logprobs
     usage = resp.get("usage") or {}
     usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if isinstance(usage.get(k), int)}
     return Reply(message=message, usage=usage, finish_reason=choice.get("finish_reason"))
@@ -268,7 +271,7 @@ def _reply_of_dict(resp: Any) -> Reply:
 
 def _for_api(message: dict[str, Any]) -> dict[str, Any]:
     # Reasoning is kept for the trajectory but not sent back: strict endpoints reject unknown fields.
-    return {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+    return {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content", logprobs.KEY)}
 
 
 def _error_text(e: openai.APIStatusError) -> str:

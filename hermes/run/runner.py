@@ -21,7 +21,7 @@ from hermes.data.dataset import Row
 from hermes.data.entry import HermesBlock, JournalEntry, Status
 from hermes.data.failures import of_exception
 from hermes.data.run_paths import RunPaths
-from hermes.model import sampling
+from hermes.model import logprobs, sampling
 from hermes.model.breaker import endpoint_wide
 from hermes.model.client import ModelClient
 from hermes.agent.offload import Offload
@@ -199,6 +199,7 @@ def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools
             trial=row.trial,
             task=row.row.task_folder.name if row.row.task_folder else None,
             stop_reason=run.stop_reason if run else None,
+            logprobs=logprobs.per_turn(messages) if s.logprobs and run else None,
         ),
     )
 
