@@ -51,11 +51,12 @@ def warn_if_sampling_changed(settings: RunSettings) -> None:
                     settings.run_name, ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items()))
 
 
-def raise_if_down(breaker: Breaker, stats: dict[str, Any], run_path: Path) -> None:
-    """The breaker opened during the run: end it with the reason (outputs were written)."""
-    if not breaker.open:
+def raise_if_down(breaker: Breaker, stats: dict[str, Any], run_path: Path, down: list[str]) -> None:
+    """The breaker opened during the run, here or in a process that ran batches (`down`: what
+    those said): end it with the reason (outputs were written)."""
+    if not breaker.open and not down:
         return
     raise EndpointDown(
         f"the run stopped: the model endpoint failed every request for {breaker.seconds:g} s with no success "
-        f"({breaker.reason}). The prompts not done are not marked failed; outputs were written to "
+        f"({breaker.reason or down[0]}). The prompts not done are not marked failed; outputs were written to "
         f"{Path(run_path).resolve()}. Fix the endpoint, then run again with --resume (resume=true).", stats)

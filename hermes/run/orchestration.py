@@ -193,6 +193,7 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
     endpoint.warn_if_sampling_changed(settings)
     session = RunSession.open(settings, api_key=api_key)
     breaker = session.ctx.client.breaker
+    down: list[str] = []  # what the breakers of the processes running batches said, if one opened
     tail = None
     try:
         batches = steps.plan(session)
@@ -204,18 +205,20 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
             session.ctx.admission = Admission(ahead=settings.num_workers)
         with steps.fan_out(settings) as submit:
             # once the breaker opened no more batches go out: what is not done stays owed
-            owed = itertools.takewhile(lambda _: not breaker.open, batches)
+            owed = itertools.takewhile(lambda _: not (breaker.open or down), batches)
             for batch, future in landing(owed, submit, session.ctx, steps):
                 steps.record(session, batch)  # index it as soon as it lands, whatever else fails
                 if tail:
                     tail.finish(batch.num)
-                steps.outcome(batch, future, session.ctx)
+                outcome = steps.outcome(batch, future, session.ctx)
+                if isinstance(outcome, dict) and outcome.get("endpoint_down"):
+                    down.append(outcome["endpoint_down"])  # a worker's breaker opened
                 batch.release()  # its rows' text: only the batches in flight keep theirs
     finally:
         if tail:
             tail.stop()
         session.close()
     stats = steps.merge(session.path, settings.max_failed_share)
-    endpoint.raise_if_down(breaker, stats, session.path)
+    endpoint.raise_if_down(breaker, stats, session.path, down)
     check_failed_share(stats, settings.max_failed_share, session.path)
     return stats

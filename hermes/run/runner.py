@@ -284,4 +284,6 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
         if ctx.admission:
             ctx.admission.withdrawn(len(rows) - started)  # those the batch's end left unstarted
     counts["failures"] = failures.group(errors)
+    if breaker.open:  # said to the flow, which may be another process (Dask, worker processes)
+        counts["endpoint_down"] = breaker.reason
     return counts
