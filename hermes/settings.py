@@ -6,7 +6,7 @@ The API key is deliberately not a field: flow parameters are stored in Prefect's
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -57,12 +57,46 @@ class AgentSettings(BaseModel):
         "written as text in any known format, unmarked JSON only naming an offered tool), native / none (native "
         "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder")
 
+    # --- open models: endpoint check, breaker, sampling, logprobs, context (issue 44; hermes/model/) ---
+    check_endpoint: bool = Field(True, description="before a run fans out, one request checks the endpoint (reachable, "
+                                 "the key accepted, the model known); a run whose endpoint cannot serve stops at once")
+    breaker_seconds: float = Field(60.0, gt=0, description="a run stops (its prompts not done stay owed) when every "
+                                   "model request failed for one endpoint-wide reason (unreachable, 401, 403, 404, "
+                                   "5xx) for this many seconds with no success")
+    temperature: float | None = Field(None, ge=0, description="sampling temperature (endpoint default if unset)")
+    top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling (endpoint default if unset)")
+    top_k: int | None = Field(None, description="top-k sampling, sent in the extra body (vLLM, SGLang, llama.cpp, Ollama)")
+    min_p: float | None = Field(None, ge=0, le=1, description="min-p sampling, sent in the extra body (vLLM, SGLang, llama.cpp)")
+    stop: list[str] | None = Field(None, description="stop sequences, comma separated")
+    extra_body: dict[str, Any] | None = Field(None, description="JSON object merged into every request body "
+                                              "(chat_template_kwargs, repetition_penalty...): its keys win")
+    sampling_seed: int | None = Field(None, description="each attempt of each row sends its own seed derived from this, "
+                                      "its key, its attempt and turn: reruns repeat where the server honours seeds, "
+                                      "and --attempts K differ")
+    logprobs: bool = Field(False, description="ask for the logprobs of the assistant's tokens and keep them per turn "
+                           "in the batch files (hermes-batch export --format rl)")
+    context_length: int | None = Field(None, gt=0, description="the model's context in tokens (default: what the "
+                                       "endpoint's /models says, if it does): tool results are cut to fit")
+
     @field_validator("web_allow_hosts", mode="before")
     @classmethod
     def _hosts(cls, v):
         return parse_hosts(v)
 
-    @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
+    @field_validator("extra_body", mode="before")
+    @classmethod
+    def _json_object(cls, v):
+        if isinstance(v, str):  # the command line's --extra_body '{"repetition_penalty": 1.1}'
+            import json
+            try:
+                v = json.loads(v) if v.strip() else None
+            except ValueError as e:
+                raise ValueError(f"not a JSON object: {e}") from None
+        if v is not None and not isinstance(v, dict):
+            raise ValueError("expected a JSON object")
+        return v
+
+    @field_validator("providers_allowed", "providers_ignored", "providers_order", "stop", mode="before")
     @classmethod
     def _comma_list(cls, v):
         if isinstance(v, str):

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_conversation
 from mockllm.images import ImageAPI
+from mockllm.logprobs import add_logprobs
 from mockllm.ratelimit import RequestBucket, format_duration
 from mockllm.scenario import reply_for
 from mockllm.textcalls import as_text
@@ -147,6 +148,9 @@ class Routes:
         if path in ("/v1/models", "/models"):
             return json_response(200, {"object": "list", "data": [
                 {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "hermes-batch"}]})
+        if path.startswith(("/v1/models/", "/models/")):  # OpenAI's retrieve-model: the mock serves any name
+            return json_response(200, {"id": path.split("/models/", 1)[1],
+                                       "object": "model", "created": 0, "owned_by": "hermes-batch"})
         if path == "/_mock/requests":
             return json_response(200, state.snapshot()[0])
         if path == "/_mock/stats":
@@ -238,7 +242,7 @@ class Routes:
                                 f"scripted failure of turn (MOCK_SCRIPT error {reply.error_status})", extra)
         state.count("ok")
         if not body.get("stream"):
-            return json_response(200, completion_object(body, reply, state.config.reasoning), extra)
+            return json_response(200, add_logprobs(completion_object(body, reply, state.config.reasoning), body), extra)
         state.count("streamed")
         return await self.stream(request, completion_chunks(body, reply, state.config.reasoning), extra)
 

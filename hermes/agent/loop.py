@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from hermes.model.client import ModelClient, ModelError, Reply
+from hermes.model.context import CONTEXT_LENGTH, fit_results
 from hermes.sandbox.base import Sandbox
 from hermes.tools import ToolContext, get_tool, run_tool
 from hermes.tools._common import error as tool_error
@@ -45,6 +46,8 @@ class AgentRun:
     #: the exception behind `error`, which says its kind and whether it passes (hermes.errors)
     failure: ModelError | None = field(default=None, repr=False, compare=False)
     cancelled: bool = False          # stopped because `cancel` was set
+    #: why a partial run stopped before its answer, where not max_turns: "context_length"
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -74,6 +77,7 @@ class _Turns:
         start = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         self.run = AgentRun(messages=start)
         self.events = events or AgentEvents()
+        self.context: tuple[int | None, int | None] = (None, None)  # the model's context, max_tokens
 
     def asked(self) -> list[dict[str, Any]]:
         """What the next model call sends."""
@@ -96,6 +100,7 @@ class _Turns:
         """Take a turn's results in; True when the run was stopped meanwhile."""
         run = self.run
         run.cancelled = run.cancelled or any(r is CANCELLED_RESULT for r in results)
+        results = fit_results(results, self.asked(), *self.context)  # cut to fit the model's context
         for call, result in zip(calls, results):
             run.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
                                  "content": result})
@@ -121,6 +126,7 @@ def run_agent(
 
     `tool_ctx` is what tool calls run with: the prompt's ToolContext (or just its sandbox)."""
     turns = _Turns(prompt, system_prompt, prefill, events)
+    turns.context = (getattr(client, "context_length", None), getattr(client, "max_tokens", None))
     run, ev = turns.run, turns.events
     stopped = cancel.is_set if cancel is not None else (lambda: False)
     for _ in range(max_turns):
@@ -133,13 +139,23 @@ def run_agent(
             else:
                 reply = client.complete(turns.asked(), tools)
         except ModelError as e:
-            run.error, run.failure = str(e), e
+            _model_failed(run, e)
             return run
         calls = turns.answered(reply)
         if not calls or turns.ran(calls, _run_calls(calls, tool_ctx, stopped, on_tool, ev, max_parallel_tools)):
             return run
     run.partial = True
     return run
+
+
+def _model_failed(run: AgentRun, e: ModelError) -> None:
+    if e.kind == CONTEXT_LENGTH:
+        # The conversation outgrew the model: asking again fails again, so the run ends here as a
+        # partial with its trajectory, not as a failure a resume retries forever (hermes.model.context).
+        run.partial, run.stop_reason = True, CONTEXT_LENGTH
+        log.info("the conversation exceeds the model's context: ended as partial (%s)", e)
+    else:
+        run.error, run.failure = str(e), e
 
 
 #: runs a blocking call off the event loop and awaits its result (hermes.agent.offload.Offload)
@@ -163,6 +179,7 @@ async def run_agent_async(
     model call is awaited there, each turn's tool calls run through `offload` on a thread. No
     events and no streaming: those are the API server's, whose requests keep run_agent."""
     turns = _Turns(prompt, system_prompt, prefill, None)
+    turns.context = (getattr(client, "context_length", None), getattr(client, "max_tokens", None))
     run, ev = turns.run, turns.events
     stopped = cancel.is_set if cancel is not None else (lambda: False)
     for _ in range(max_turns):
@@ -172,7 +189,7 @@ async def run_agent_async(
         try:
             reply = await client.complete_async(turns.asked(), tools)
         except ModelError as e:
-            run.error, run.failure = str(e), e
+            _model_failed(run, e)
             return run
         calls = turns.answered(reply)
         if not calls or turns.ran(calls, await offload(_run_calls, calls, tool_ctx, stopped, None, ev,

@@ -77,6 +77,11 @@ class HermesBlock(BaseModel):
     tool_calls_by_format: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
     #: tools were offered and no answer held a native or recoverable call: the agent never acted
     no_tool_use: bool = Field(False, exclude_if=lambda v: not v)
+    # open models (issue 44): why a partial stopped before its answer ("context_length": the endpoint
+    # said the conversation outgrew the model), and per assistant turn the tokens it sent with their
+    # logprobs (--logprobs; hermes.model.logprobs). Absent when unset: older lines keep their bytes.
+    stop_reason: str | None = Field(None, exclude_if=lambda v: v is None)
+    logprobs: list[dict[str, Any]] | None = Field(None, exclude_if=lambda v: v is None)
 
     @model_serializer(mode="wrap")
     def _plain_rows_unchanged(self, handler):

@@ -32,6 +32,8 @@ import orjson
 
 from hermes.data.failures import status_failure
 from hermes.errors import HermesError
+from hermes.model.breaker import OPEN, Breaker
+from hermes.model.context import CONTEXT_LENGTH, context_exceeded
 from hermes.model.ratelimit import AdaptiveLimiter, retry_after
 
 INITIAL_RETRY_DELAY = 0.5
@@ -87,11 +89,12 @@ class Endpoint:
     """POSTs to one chat completions URL, on the loop that made it."""
 
     def __init__(self, base_url: str, api_key: str, *, limiter: AdaptiveLimiter, max_retries: int,
-                 timeout: float):
+                 timeout: float, breaker: Breaker | None = None):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
                         "Accept": "application/json"}
         self.limiter, self.max_retries = limiter, max_retries
+        self.breaker = breaker or Breaker(float("inf"))  # sees every attempt (hermes.model.breaker)
         # as httpx's Timeout(t) that the SDK was given: each connect and each read, not the total
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         # the limiter bounds what is in flight; every connection is kept for its next request
@@ -100,16 +103,21 @@ class Endpoint:
 
     async def post(self, body: dict[str, Any]) -> Any:
         data = encode(body)
+        breaker = self.breaker
         for retries_done in range(self.max_retries + 1):
             last = retries_done == self.max_retries
+            if breaker.open:  # the endpoint is down: no more attempts, the run is ending
+                raise CallError(f"model endpoint down: {breaker.reason}", kind=OPEN, transient=True)
             epoch = await self.limiter.acquire_async()
             try:
                 async with self.session.post(self.url, data=data, headers=self.headers) as resp:
                     raw = await resp.read()
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 self.limiter.release(epoch, None)
+                timed_out = isinstance(e, asyncio.TimeoutError)
+                breaker.failed("model endpoint time-out" if timed_out else "model endpoint connection failed",
+                               f"{'no answer in time' if timed_out else 'cannot connect'} ({e or type(e).__name__})")
                 if last:
-                    timed_out = isinstance(e, asyncio.TimeoutError)
                     raise CallError("model endpoint failed: " + ("Request timed out." if timed_out else
                                                                  "Connection error."), transient=True,
                                     kind="model endpoint time-out" if timed_out else "model endpoint connection failed") from e
@@ -120,15 +128,19 @@ class Endpoint:
                 raise
             self.limiter.release(epoch, resp.status, resp.headers)
             if resp.status < 400:
+                breaker.alive()
                 try:
                     return orjson.loads(raw)
                 except ValueError as e:
                     raise CallError(f"model endpoint answered something that is not JSON: {e}",
                                     kind="model endpoint non-JSON answer", transient=True) from e
+            failure = status_failure(resp.status)
+            said = f"model endpoint answered {resp.status}: {status_text(resp.status, raw)}"
+            breaker.failed(failure.kind, said)
+            if context_exceeded(resp.status, raw):
+                raise CallError(said, kind=CONTEXT_LENGTH, transient=False)
             if last or not should_retry(resp.status, resp.headers):
-                failure = status_failure(resp.status)
-                raise CallError(f"model endpoint answered {resp.status}: {status_text(resp.status, raw)}",
-                                kind=failure.kind, transient=failure.transient)
+                raise CallError(said, kind=failure.kind, transient=failure.transient)
             await asyncio.sleep(retry_wait(retries_done, resp.headers))
         raise AssertionError("unreachable")
 

@@ -19,6 +19,8 @@ from hermes.data.failures import status_failure
 from hermes.errors import HermesError
 from hermes.environment import read
 from hermes.lazyimport import imported
+from hermes.model import logprobs, sampling
+from hermes.model.breaker import Breaker
 from hermes.model.calls import CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
 from hermes.model import textcalls
@@ -62,6 +64,7 @@ def extra_body(s: AgentSettings) -> dict[str, Any]:
             provider[key] = value
     if provider:
         body["provider"] = provider
+    body.update(sampling.body_fields(s))  # temperature ... --extra_body (hermes.model.sampling)
     return body
 
 
@@ -96,9 +99,12 @@ class ModelClient:
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
         self.tool_call_parser = settings.tool_call_parser  # calls written as text: hermes.model.textcalls
+        self.sampling_seed = settings.sampling_seed
+        self.context_length = settings.context_length  # tool results are cut to fit it (hermes.model.context)
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
+        self.breaker = Breaker(settings.breaker_seconds)  # shared by every request of the run
         self._base_url = settings.base_url
         self._max_retries = settings.max_retries if max_retries is None else max_retries
         self._timeout = timeout
@@ -120,7 +126,8 @@ class ModelClient:
 
     def _calls(self) -> CallLoop:
         return self._made("_loop", lambda: CallLoop(lambda: Endpoint(
-            self._base_url, self.api_key, limiter=self.limiter, max_retries=self._max_retries, timeout=self._timeout)))
+            self._base_url, self.api_key, limiter=self.limiter, max_retries=self._max_retries, timeout=self._timeout,
+            breaker=self.breaker)))
 
     def _made(self, name: str, make: Callable[[], Any]) -> Any:
         """self.<name>, made once under the lock; read once outside it (close() may clear it meanwhile)."""
@@ -140,8 +147,9 @@ class ModelClient:
             kwargs["tools"] = tools
         if self.max_tokens:
             kwargs["max_tokens"] = self.max_tokens
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        seed = sampling.seed_for(self.sampling_seed, messages)  # this prompt's, this turn's
+        if self.extra_body or seed is not None:
+            kwargs["extra_body"] = {**self.extra_body, **({"seed": seed} if seed is not None else {})}
         return kwargs
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -262,17 +270,20 @@ def _reply_of_dict(resp: Any) -> Reply:
     except (KeyError, TypeError) as e:
         raise ModelError(f"model endpoint answered a malformed tool call: {raw.get('tool_calls')!r:.300}",
                          kind=UNUSABLE) from e
+    turn_logprobs = logprobs.of_choice(choice)  # asked with --logprobs (hermes.model.logprobs)
+    if turn_logprobs is not None:
+        message[logprobs.KEY] = turn_logprobs
     usage = resp.get("usage") or {}
     usage = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if isinstance(usage.get(k), int)}
     return Reply(message=message, usage=usage, finish_reason=choice.get("finish_reason"))
 
 
-_NOT_SENT = ("reasoning", "reasoning_content", textcalls.ARRIVAL_KEY)
+_NOT_SENT = ("reasoning", "reasoning_content", textcalls.ARRIVAL_KEY, logprobs.KEY)
 
 
 def _for_api(message: dict[str, Any]) -> dict[str, Any]:
-    # Reasoning is kept for the trajectory but not sent back, nor how the calls arrived: strict endpoints
-    # reject unknown fields. A call recovered from text goes back as the native call it became.
+    # Reasoning and logprobs are kept for the trajectory but not sent back, nor how the calls arrived:
+    # strict endpoints reject unknown fields. A call recovered from text goes back as the native call it became.
     sent = {k: v for k, v in message.items() if k not in _NOT_SENT}
     if sent.get("tool_calls") and sent.get("content") is None:
         sent["content"] = ""  # llama.cpp's server answers 500 to a null content beside tool_calls

@@ -8,6 +8,8 @@
     parquet    one Parquet file written by DuckDB: the trajectory's fields plus `messages` and
                `tools` (as JSON text: json.loads(row["tools"])); datasets.load_dataset("parquet", ...)
                and the Hub read it
+    rl         JSONL for RL trainers: messages, tools, reward and per assistant turn its tokens and
+               logprobs (runs made with --logprobs), read from the journal (hermes.run.export_rl)
 
 The source is the run's trajectories.jsonl (the merge's output), read line by line, so memory does
 not grow with the run. The ShareGPT turns are turned back into chat messages here: the generated
@@ -27,13 +29,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 from hermes.errors import HermesError
 from hermes.data.run_paths import RunPaths
+from hermes.run import export_rl
 
-FORMATS = ("openai", "sharegpt", "parquet")
+FORMATS = ("openai", "sharegpt", "parquet", "rl")
 ONLY = {
     "passed": lambda e: isinstance(e.get("reward"), dict) and e["reward"].get("passed") is True,
     "completed": lambda e: e.get("completed") is True,
 }
-_SUFFIX = {"openai": ".openai.jsonl", "sharegpt": ".sharegpt.jsonl", "parquet": ".parquet"}
+_SUFFIX = {"openai": ".openai.jsonl", "sharegpt": ".sharegpt.jsonl", "parquet": ".parquet", "rl": ".rl.jsonl"}
 
 
 class ExportError(HermesError, ValueError):
@@ -160,8 +163,17 @@ def export(run_path: Path, fmt: str, output: Path | None = None, only: str | Non
         raise ExportError(f"--only {only!r}: one of {', '.join(ONLY)}")
     output = Path(output) if output else default_output(run_path, fmt, only)
     output.parent.mkdir(parents=True, exist_ok=True)
-    rows = trajectories(run_path, only)
     tmp = output.with_name(f".{output.name}.tmp")
+    if fmt == "rl":  # from the journal: the tokens and logprobs are not in trajectories.jsonl (hermes.run.export_rl)
+        with open(tmp, "wb") as out:
+            try:
+                count = export_rl.write(run_path, out, lambda e: openai_record(e, reasoning),
+                                        ONLY[only] if only else (lambda e: True))
+            except FileNotFoundError as e:
+                raise ExportError(str(e)) from None
+        tmp.replace(output)
+        return output, count
+    rows = trajectories(run_path, only)
     if fmt == "parquet":
         count = _parquet(rows, tmp, reasoning)
     else:

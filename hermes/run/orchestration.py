@@ -22,10 +22,11 @@ import collections
 import concurrent.futures
 import contextlib
 import gc
+import itertools
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from hermes.run import clusters, local_processes, merge, rundir
+from hermes.run import clusters, endpoint, local_processes, merge, rundir
 from hermes.run import publish_command, remote, runner
 from hermes.data.outcome import check_failed_share
 from hermes.run import tool_use
@@ -197,7 +198,11 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
     steps = steps or Steps()
     steps.check(settings)
     publish_command.check_settings(settings)  # a bad --publish is refused before anything runs
+    settings = endpoint.checked(settings, api_key)  # a dead endpoint refuses the run here, nothing journaled
+    endpoint.warn_if_sampling_changed(settings)
     session = RunSession.open(settings, api_key=api_key)
+    breaker = session.ctx.client.breaker
+    down: list[str] = []  # what the breakers of the processes running batches said, if one opened
     tail = None
     publisher = publish_command.NoPublisher()
     try:
@@ -210,12 +215,16 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
             session.ctx.on_prompt_done = on_done
             session.ctx.admission = Admission(ahead=settings.num_workers)
         with steps.fan_out(settings) as submit:
-            for batch, future in landing(batches, submit, session.ctx, steps):
+            # once the breaker opened no more batches go out: what is not done stays owed
+            owed = itertools.takewhile(lambda _: not (breaker.open or down), batches)
+            for batch, future in landing(owed, submit, session.ctx, steps):
                 steps.record(session, batch)  # index it as soon as it lands, whatever else fails
                 publisher.landed(batch.num)  # a few bytes into a pipe, never a wait
                 if tail:
                     tail.finish(batch.num)
-                steps.outcome(batch, future, session.ctx)
+                outcome = steps.outcome(batch, future, session.ctx)
+                if isinstance(outcome, dict) and outcome.get("endpoint_down"):
+                    down.append(outcome["endpoint_down"])  # a worker's breaker opened
                 batch.release()  # its rows' text: only the batches in flight keep theirs
         publisher.finish_soon()  # the last shard and compaction go out while the session closes
     except BaseException:
@@ -227,6 +236,7 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
         session.close()
     publisher.finish()  # the rest, compacted; the report (in merge) reads its summary from the run folder
     stats = steps.merge(session.path, settings.max_failed_share)
+    endpoint.raise_if_down(breaker, stats, session.path, down)
     check_failed_share(stats, settings.max_failed_share, session.path)
     tool_use.report(stats)  # agents that never acted: said loudly (hermes.run.tool_use)
     tool_use.check_no_tool_use_share(stats, settings.max_no_tool_use_share, session.path)

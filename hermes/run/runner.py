@@ -21,6 +21,8 @@ from hermes.data.dataset import Row
 from hermes.data.entry import HermesBlock, JournalEntry, Status
 from hermes.data.failures import of_exception
 from hermes.data.run_paths import RunPaths
+from hermes.model import logprobs, sampling
+from hermes.model.breaker import endpoint_wide
 from hermes.model.client import ModelClient
 from hermes.agent.offload import Offload
 from hermes.agent.prefill import load_prefill
@@ -129,12 +131,13 @@ async def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
             spec, task = await task_rows.prepare(row, spec, task, s, ctx.backend, ctx.offload())
         # Prefetch: the container starts while the first model call is out, unless no tool could use it
         # (web, vision... run here, not in the sandbox: a prompt offered only those makes no container).
-        done = await converse_async(
-            ctx.client, row.row.prompt, offered, spec, ctx.backend, offload=ctx.offload(),
-            context=ctx.tool_context(row.key), max_turns=s.max_turns,
-            system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill,
-            prefetch=s.sandbox.prefetch, remove_in_background=True, image_first=True,
-            prepare=task and task.prepare, judge=task and task.judge, timeout=spec.lifetime)
+        with sampling.for_prompt(row.key):  # its model calls' seeds (--sampling_seed)
+            done = await converse_async(
+                ctx.client, row.row.prompt, offered, spec, ctx.backend, offload=ctx.offload(),
+                context=ctx.tool_context(row.key), max_turns=s.max_turns,
+                system_prompt=compose_system_prompt(s.ephemeral_system_prompt), prefill=ctx.prefill,
+                prefetch=s.sandbox.prefetch, remove_in_background=True, image_first=True,
+                prepare=task and task.prepare, judge=task and task.judge, timeout=spec.lifetime)
         wait = done.sandbox_wait
         error, failure = done.run.error, done.run.failure
     except SandboxError as e:
@@ -197,6 +200,8 @@ def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools
             trial=row.trial,
             task=row.row.task_folder.name if row.row.task_folder else None,
             **tool_use(messages, tools, ran=run is not None and not error),
+            stop_reason=run.stop_reason if run else None,
+            logprobs=logprobs.per_turn(messages) if s.logprobs and run else None,
         ),
     )
 
@@ -225,6 +230,8 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
     errors: list[str | None] = []
     policy = RetryPolicy.for_settings(ctx.settings)
     slots, offload = ctx.slots(), ctx.offload()
+    breaker = ctx.client.breaker
+    held: dict[int, list[dict[str, Any]]] = {}  # requeued attempts' lines not yet written, by row
     started = 0
 
     async def one(row: Row, attempt: int) -> float | None:
@@ -234,6 +241,9 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
                 started += 1
                 if ctx.admission:
                     ctx.admission.started()
+            if breaker.open:  # the endpoint is down: the prompt stays owed, no line (hermes.model.breaker)
+                held.pop(id(row), None)
+                return None
             if ctx.in_flight:
                 ctx.in_flight.started()
             try:
@@ -241,12 +251,24 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
             finally:
                 if ctx.in_flight:
                     ctx.in_flight.finished()
+        wide = entry.hermes.status == Status.FAILED and endpoint_wide(entry.hermes.error_kind)
+        if breaker.open and wide:
+            held.pop(id(row), None)
+            log.info("prompt %d: the model endpoint is down; not recorded, it stays owed", row.index)
+            return None
         # A transient failure goes back in the queue (hermes.run.requeue); each attempt is a journal line.
         retry_in = policy.delay(entry.hermes, attempt)
         entry.hermes.attempt = attempt
         entry.hermes.requeued = retry_in is not None
         record = entry.record()
-        await offload(journal.append, path, record)
+        if retry_in is not None and wide:
+            # Held until its retry ends: if the breaker stops the run meanwhile, this attempt is not
+            # written either, and the prompt stays owed, not failed (lost in a crash: owed all the same).
+            held.setdefault(id(row), []).append(record)
+        else:
+            for earlier in held.pop(id(row), []):
+                await offload(journal.append, path, earlier)
+            await offload(journal.append, path, record)
         if retry_in is not None:
             log.info("prompt %d: attempt %d failed (%s), again in %.1fs", row.index, attempt,
                      entry.hermes.error, retry_in)
@@ -264,4 +286,6 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
         if ctx.admission:
             ctx.admission.withdrawn(len(rows) - started)  # those the batch's end left unstarted
     counts["failures"] = failures.group(errors)
+    if breaker.open:  # said to the flow, which may be another process (Dask, worker processes)
+        counts["endpoint_down"] = breaker.reason
     return counts

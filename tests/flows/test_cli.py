@@ -204,7 +204,7 @@ def test_the_api_key_order(tmp_path, llm, given, expected):
     with HeaderRecorder(llm.url) as hop:
         ok(run(tmp_path, dataset, "key", hop.base_url, *([f"--api_key={flag}"] if flag else []),
                env=env_without_keys(**given)))
-    assert hop.authorizations == [f"Bearer {expected}"]
+    assert hop.authorizations == [f"Bearer {expected}"] * 2  # the endpoint check's GET /models, the prompt's call
 
 
 def test_the_api_key_is_never_stored_in_prefect(tmp_path, llm):
@@ -220,7 +220,7 @@ def test_the_api_key_is_never_stored_in_prefect(tmp_path, llm):
             ok(run(tmp_path, dataset, "pk", hop.base_url, f"--api_key={key}", env=env, engine="prefect"))
     finally:
         local_server.stop(home)  # this home's own server: the session stops only its own
-    assert hop.authorizations == [f"Bearer {key}"]
+    assert hop.authorizations == [f"Bearer {key}"] * 2  # the endpoint check's GET /models, the prompt's call
     stored = [p for p in home.rglob("*") if p.is_file()]
     assert any(p.suffix == ".db" for p in stored), stored  # the run was recorded in this database
     assert [p for p in stored if key.encode() in p.read_bytes()] == []
