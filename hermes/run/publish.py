@@ -213,7 +213,7 @@ class Publication:
             return None
         if self.only and not ONLY[self.only](entry):
             return None
-        return self.shape.row(entry)
+        return self.shape.row({**entry, "hermes": meta} if self.shape.needs_meta else entry)
 
     def _rows_of(self, ranges: list) -> Iterator[list[dict]]:
         for num, start, end in ranges:

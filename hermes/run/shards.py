@@ -11,8 +11,11 @@ schemas differ. Fields whose shape varies from row to row or run to run (metadat
 own fields; reward; tool_stats and tool_error_counts: one key per tool of the system) are JSON
 text, as export's `tools` already is: json.loads(row["metadata"]).
 
-A shape of your own: register_shape(Shape("rl", schema, row)) before publishing; `rl` arrives with
-`hermes-batch export --format rl` and is refused with a clear message until it is registered.
+    rl        the lines of `hermes-batch export --format rl`: messages, tools (JSON text), reward, and
+              per assistant turn its tokens, token ids and logprobs (kept with --logprobs)
+
+A shape of your own: register_shape(Shape(name, schema, row)) before publishing; a shape whose row
+needs the entry's `hermes` block (its key, its logprobs) says so with needs_meta.
 
 pyarrow is imported by the functions that need it: this module is loaded by the publishing worker
 process, never on the path of a run's prompts.
@@ -38,11 +41,11 @@ class Shape:
     schema: Callable[[], Any]
     #: (trajectory entry without its hermes block) -> one row as a dict of the schema's columns
     row: Callable[[dict], dict]
+    #: the row is made from the entry WITH its hermes block (under "hermes")
+    needs_meta: bool = False
 
 
 _SHAPES: dict[str, Shape] = {}
-#: shapes other modules bring: named so that asking for one before it is registered says where it comes from
-_PROMISED = {"rl": "the `rl` shape comes with `hermes-batch export --format rl`, not installed here yet"}
 
 
 def register_shape(shape: Shape) -> None:
@@ -52,8 +55,6 @@ def register_shape(shape: Shape) -> None:
 def shape(name: str) -> Shape:
     if name in _SHAPES:
         return _SHAPES[name]
-    if name in _PROMISED:
-        raise PublishError(f"--publish_format {name}: {_PROMISED[name]}; one of {', '.join(_SHAPES)}")
     raise PublishError(f"unknown --publish_format {name!r}: one of {', '.join(_SHAPES)}")
 
 
@@ -123,3 +124,24 @@ def _openai_row(entry: dict) -> dict:
 
 register_shape(Shape("openai", _openai_schema, _openai_row))
 register_shape(Shape("sharegpt", _sharegpt_schema, _trajectory_row))
+
+
+def _rl_schema():
+    import pyarrow as pa
+
+    turn = pa.struct([("tokens", pa.list_(pa.string())), ("token_ids", pa.list_(pa.int64())),
+                      ("logprobs", pa.list_(pa.float64()))])
+    return pa.schema([pa.field("prompt_index", pa.int64()), pa.field("key", pa.string()),
+                      pa.field("messages", _messages_type()), pa.field("tools", pa.string()),
+                      pa.field("reward", pa.float64()), pa.field("completed", pa.bool_()),
+                      pa.field("partial", pa.bool_()), pa.field("turns", pa.list_(turn))])
+
+
+def _rl_row(entry: dict) -> dict:
+    from hermes.run.export_rl import rl_record  # only a worker publishing rl loads the journal's models
+
+    plain = {k: v for k, v in entry.items() if k != "hermes"}
+    return rl_record(entry, openai_record(plain))
+
+
+register_shape(Shape("rl", _rl_schema, _rl_row, needs_meta=True))

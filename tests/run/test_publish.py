@@ -246,9 +246,9 @@ def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(
     dataset = write_dataset(tmp_path / "prompts.jsonl", rows(12, run_name))
     cmd = [c for c in run_cmd(dataset, run_name, mock_llm.base_url, "x") if not c.startswith("--publish")]
 
-    refused = subprocess.run([*cmd, "--publish_format=rl", f"--publish={tmp_path / 'rl'}"], cwd=tmp_path,
+    refused = subprocess.run([*cmd, "--publish_format=xml", f"--publish={tmp_path / 'xml'}"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=300)
-    assert refused.returncode != 0 and "export --format rl" in refused.stderr
+    assert refused.returncode != 0 and "xml" in refused.stderr and "rl" in refused.stderr  # names the shapes
     assert not (tmp_path / "data" / run_name / "batch_0.jsonl").exists()  # refused before anything ran
     secret = subprocess.run([*cmd, "--publish=s3://AKIAXXXX:hunter2@bucket/p"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
@@ -281,3 +281,18 @@ def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(
     ds = datasets.load_dataset("parquet", data_files=str(target / "**" / "*.parquet"), split="train",
                                cache_dir=str(tmp_path / "hf"))
     assert len(ds) == len(want)
+
+    # rl: the rows `export --format rl` writes (messages, tools, reward, turns), as Parquet shards
+    rl_target = tmp_path / "later-rl"
+    rl = subprocess.run([sys.executable, "-m", "flows.cli", "publish", run_name, str(rl_target), "--format", "rl"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert rl.returncode == 0, rl.stderr[-3000:]
+    rl_rows = datasets.load_dataset("parquet", data_files=str(rl_target / "data" / "*.parquet"), split="train",
+                                    cache_dir=str(tmp_path / "hf-rl"))
+    want_rl = {e["key"]: e for e in map(json.loads, export(tmp_path, run_name, "--format", "rl").read_text().splitlines())}
+    assert sorted(rl_rows["key"]) == sorted(want_rl) and len(want_rl) > 0
+    for row in rl_rows:
+        want = want_rl[row["key"]]
+        assert (row["prompt_index"], row["reward"], row["tools"]) == (want["prompt_index"], want["reward"], want["tools"])
+        assert [m["content"] for m in row["messages"]] == [m.get("content") for m in want["messages"]]
+        assert len(row["turns"]) == len(want["turns"])
