@@ -46,6 +46,7 @@ def verify_main(argv: Sequence[str]) -> int:
     p.add_argument("--task_max_cpus", type=float, default=None)
     p.add_argument("--task_max_memory", default=None)
     p.add_argument("--task_max_timeout", type=float, default=None)
+    p.add_argument("--run_name", default="oracle", help="labels its sandboxes (verify-RUN_NAME)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_model_flags(p, SandboxSettings, prefix="sandbox_")
     a = p.parse_args(argv)
@@ -54,7 +55,8 @@ def verify_main(argv: Sequence[str]) -> int:
                           "task_max_cpus", "task_max_memory", "task_max_timeout")
            if (v := getattr(a, k)) is not None}
     try:
-        settings = RunSettings(dataset_file=a.path, batch_size=1, run_name="oracle", sandbox=SandboxSettings(**sandbox),
+        settings = RunSettings(dataset_file=a.path, batch_size=1, run_name=a.run_name,
+                               sandbox=SandboxSettings(**sandbox),
                                **own)
         results, problems, asked = verify(settings)
     except ValidationError as e:

@@ -82,23 +82,26 @@ def task_limits(folder: TaskFolder, s: RunSettings, capacity: Capacity | None) -
                       lifetime=lifetime, capped=tuple(capped))
 
 
-def _counted(values: Counter, unit: str, none: str) -> str:
-    parts = [f"{n} ask {v:g}{unit}" if isinstance(v, float) else f"{n} ask {v}{unit}" for v, n in sorted(values.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-             if v is not None]
+def _counted(values: Counter, show, none: str) -> str:
+    """"12 ask 2 GB, 2 ask 4 GB, 1 give none (the run's 1g)": smallest first."""
+    parts = [f"{n} ask {show(v)}" for v, n in sorted((kv for kv in values.items() if kv[0] is not None))]
     if values.get(None):
         parts.append(f"{values[None]} give none (the run's {none})")
     return ", ".join(parts)
+
+
+def _mb_text(mb: int) -> str:
+    return f"{mb / 1024:g} GB" if mb % 1024 == 0 else f"{mb} MB"
 
 
 def summary(folders: list[TaskFolder], s: RunSettings, capacity: Capacity | None) -> str:
     """One line for all tasks: what they ask, what they get where it is less, and why."""
     if not folders:
         return "no tasks"
-    mem = Counter(None if f.memory_mb is None else (f"{f.memory_mb / 1024:g} GB" if f.memory_mb % 1024 == 0
-                                                    else f"{f.memory_mb} MB") for f in folders)
+    mem = Counter(f.memory_mb for f in folders)
     cpus = Counter(f.cpus for f in folders)
-    line = (f"{len(folders)} task(s): memory {_counted(mem, '', s.sandbox.memory)}; "
-            f"CPUs {_counted(cpus, '', f'{s.sandbox.cpus:g}')}")
+    line = (f"{len(folders)} task(s): memory {_counted(mem, _mb_text, s.sandbox.memory)}; "
+            f"CPUs {_counted(cpus, lambda c: f'{c:g}', f'{s.sandbox.cpus:g}')}")
     verifier = [f.verifier_timeout for f in folders if f.verifier_timeout]
     agent = [f.agent_timeout for f in folders if f.agent_timeout]
     if agent:
