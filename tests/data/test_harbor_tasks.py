@@ -3,6 +3,7 @@ server on loopback, whole runs without Prefect (hermes.run.direct, as `--engine 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from hermes.data.harbor import describe_tasks, read_tasks
@@ -67,7 +68,8 @@ def entries(tmp_path: Path, name: str) -> list[dict]:
 
 
 def test_task_folders_run_with_images_built_once_tests_hidden_and_rewards_read_back(
-        tmp_path, mock_llm, default_image, docker_engine):
+        tmp_path, mock_llm, default_image, docker_engine, caplog):
+    caplog.set_level(logging.INFO, logger="hermes.run.session")
     root = tmp_path / "tasks"
     look = "ls /tests; find / -name test.sh -not -path '/proc/*' 2>/dev/null; ls /solution; echo END; pwd; id -u"
     task(root, "write-ok", "Write ok to /app/out.txt. " + script(*shell(look, "echo ok > out.txt"), DONE), TXT_TEST)
@@ -83,6 +85,9 @@ def test_task_folders_run_with_images_built_once_tests_hidden_and_rewards_read_b
     stats = direct.run(s)
     got = {e["metadata"]["task"]: e for e in entries(tmp_path, "tasks1")}
     assert set(got) == {"write-ok", "answer"}
+    # one line for all tasks on what they ask and get (hermes.run.task_limits)
+    said = [r.getMessage() for r in caplog.records if "task(s): memory" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("2 task(s): memory 2 ask 512 MB; CPUs 2 ask 1;"), said
     assert all(e["hermes"]["status"] == "completed" for e in got.values()), [e["hermes"]["error"] for e in got.values()]
 
     # the agent saw neither the tests nor the solution; it ran as the image's user, in its WORKDIR
