@@ -11,8 +11,8 @@ adapted there, the rest byte for byte:
                           installed at run time (pytest, ...); Debian's mirror answers inside
                           `docker build`, PyPI does not
   tests/test.sh           its run-time installs dropped (apt-get update, apt-get install -y PKGS
-                          (PKGS then installed at build time), uv's installer, pip install); `uvx -p .. -w .. pytest ARGS` and
-                          `python -m pytest ARGS` become `python3 -m pytest ARGS` without --ctrf
+                          (PKGS then installed at build time), uv's installer, pip install);
+                          `uvx -p .. -w .. pytest ARGS` and `python -m pytest ARGS` become `python3 -m pytest ARGS` without --ctrf
                           (pytest-json-ctrf has no Debian package)
 A task whose Dockerfile or test.sh needs what cannot be had offline (pip installs in the image, a
 git clone, a test package with no Debian equivalent) is refused with why.
@@ -156,7 +156,8 @@ def plain_docker(folder: Path, image: str, timeout: float = 900) -> dict:
     finally:
         _sh("docker", "rm", "-f", name)
     value = float(reward) if re.fullmatch(r"[0-9.]+", reward or "") else None
-    return {"passed": value is not None and value >= 1, "reward": value, "seconds": round(time.monotonic() - started, 1),
+    return {"passed": value is not None and value >= 1, "reward": value,
+            "seconds": round(time.monotonic() - started, 1),
             "solve_exit": solve.returncode, "solve_tail": (solve.stdout + solve.stderr)[-2000:],
             "test_exit": test.returncode, "test_tail": (test.stdout + test.stderr)[-3000:]}
 

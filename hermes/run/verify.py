@@ -1,11 +1,11 @@
 """`hermes-batch verify PATH`: each task's reference solution (the "oracle") instead of a model.
 
 Per task, in a sandbox made as a run makes it (the image built or found, the task's profile, and
-the resources and times its task.toml asks: hermes.run.task_limits): solution/ is copied to /solution and `bash /solution/solve.sh`
-runs in the image's WORKDIR within the agent's time limit, then the verifier as after an agent
-(hermes.data.verifier). A task whose oracle does not pass is named, with why and the tail of what
-solve.sh and tests/test.sh printed (the whole tail in --json): the verdict alone does not say whether
-the solution, the tests or the sandbox is at fault.
+the resources and times its task.toml asks: hermes.run.task_limits): solution/ is copied to
+/solution and `bash /solution/solve.sh` runs in the image's WORKDIR within the agent's time limit,
+then the verifier as after an agent (hermes.data.verifier). A task whose oracle does not pass is
+named, with why and the tail of what solve.sh and tests/test.sh printed (the whole kept tail in
+--json): the verdict alone does not say whether the solution, the tests or the sandbox is at fault.
 """
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ def _shown(name: str, out: Output | None) -> list[str]:
     """A failing task's script: how it ended and its last lines, indented under the task."""
     if out is None:
         return []
-    ended = "ran out of time" if out.timed_out else f"exited {out.exit_code}" if out.exit_code is not None else "did not run"
+    ended = ("ran out of time" if out.timed_out else f"exited {out.exit_code}" if out.exit_code is not None
+             else "did not run")
     lines = out.tail.rstrip().splitlines()
     if not lines:
         return [f"      {name} {ended}, printing nothing"]
