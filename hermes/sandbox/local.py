@@ -34,6 +34,7 @@ from hermes.sandbox.base import (ExecResult, Leftover, OutputCap, Sandbox, Sandb
                                  resolve_cwd)
 from hermes.sandbox.lifecycle import owner_alive
 from hermes.sandbox.registry import SandboxBackend, register
+from hermes.sandbox.signals import fresh_signals
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ class LocalSandbox:
     def _start(argv: list[str], workdir: Path, env: dict[str, str]) -> subprocess.Popen:
         """argv in a session of its own: its process group is what a time limit kills."""
         return subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, **fresh_signals())
 
     def _killpg(self, pgid: int) -> None:
         try:

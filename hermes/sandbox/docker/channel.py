@@ -25,29 +25,38 @@ from hermes.sandbox.base import SandboxError
 # --------------------------------------------------------------------------- the exec wrapper
 
 # $1 nonce, $2 seconds, $3 cwd, $4 command. fd 3 is the control channel (the exec's stderr);
-# the command's stdout and stderr both go to the exec's stdout, in order.
-WRAPPER = r"""exec 3>&2 2>&1
+# the command's stdout and stderr both go to the exec's stdout (fd 4 keeps it), in order.
+# The command runs in the foreground of a pipeline, never as a background job (`cmd &`): a
+# non-interactive shell starts its background jobs with SIGINT and SIGQUIT ignored (POSIX), and
+# that is inherited through exec, so Ctrl-C-style handling (KeyboardInterrupt, `timeout -s INT`,
+# a server's graceful stop) never worked in a sandbox. The left side starts the command in a
+# session of its own (`setsid`, its process group is what the time limit kills), whose first
+# shell says its pid into the pipe and then becomes the command; the left side then sends the
+# command's exit status (its shell's "Killed" notices go nowhere, as under `docker exec`). The
+# right side reads the pid, tags it on fd 3, runs the timer (in a session of its own: a
+# command's `kill 0` cannot reach it), and ends the timer once the status came. A left side
+# killed before it could send the status (a command's `kill -9 $PPID`) leaves the command
+# without its reporter: the right side kills it, and says so (137), as the time limit would.
+WRAPPER = r"""exec 3>&2 2>&1 4>&1
 n=$1 t=$2 d=$3 c=$4
 cd -- "$d" 2>/dev/null || { mkdir -p -- "$d" 2>/dev/null; cd -- "$d"; } || { printf '\n%s 126 1\n' "$n"; exit 126; }
-if command -v setsid >/dev/null 2>&1; then
-  setsid sh -c "$c" </dev/null 3>&- &
-  p=$!
-  echo "$n pgid $p" >&3
-  setsid sh -c 'sleep "$1" && kill -9 -"$2"' hermes-timer "$t" "$p" </dev/null >/dev/null 2>&1 3>&- &
+unset OLDPWD  # cd set and exported it: a command under `docker exec` has none
+S=; command -v setsid >/dev/null 2>&1 && S=setsid
+{ $S sh -c 'echo "$$"; exec sh -c "$1" >&4 2>&4 4>&-' sh "$c" </dev/null 3>&-; echo "$?"; } 2>/dev/null |
+{ read -r p
+  if [ -n "$S" ]; then
+    k=-$p; echo "$n pgid $p" >&3
+    setsid sh -c 'sleep "$1" && kill -9 "$2"' hermes-timer "$t" "$k" </dev/null >/dev/null 2>&1 3>&- 4>&- &
+  else
+    k=$p; echo "$n pid $p" >&3
+    ( sleep "$t" && kill -9 "$k" ) </dev/null >/dev/null 2>&1 3>&- 4>&- &
+  fi
   w=$!
-  { wait "$p"; } 2>/dev/null; r=$?
+  read -r r || { kill -9 "$k" 2>/dev/null; r=137; }
   kill -9 "$w" -"$w" 2>/dev/null
-else
-  sh -c "$c" </dev/null 3>&- &
-  p=$!
-  echo "$n pid $p" >&3
-  ( sleep "$t" && kill -9 "$p" ) </dev/null >/dev/null 2>&1 3>&- &
-  w=$!
-  { wait "$p"; } 2>/dev/null; r=$?
-  kill -9 "$w" 2>/dev/null
-fi
-{ wait "$w"; } 2>/dev/null; f=$?
-printf '\n%s %s %s\n' "$n" "$r" "$f"
+  { wait "$w"; } 2>/dev/null; f=$?
+  printf '\n%s %s %s\n' "$n" "${r:-1}" "$f"
+}
 """
 
 # $1 cwd, $2 path: enter cwd, then say why the file cannot be read (exit 3/4/5) or return 0.

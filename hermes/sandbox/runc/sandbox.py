@@ -36,6 +36,7 @@ from hermes.sandbox.docker.link import hello
 from hermes.sandbox.runc.pipes import InitLink, PipeChannel, PipeFrames
 from hermes.sandbox.runc.rootfs import image_root
 from hermes.sandbox.runc.spec import build_spec, parse_user
+from hermes.sandbox.signals import fresh_signals
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class RuncSandbox(ChannelFiles):
         self._init = subprocess.Popen(["runc", "--root", str(state.RUNC_ROOT), "run", "--detach", "--bundle",
                                        str(self.box), self.name],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True)
+                                      start_new_session=True, **fresh_signals())
         try:
             code = wait_exit(self._init, START_TIMEOUT)
         except subprocess.TimeoutExpired as e:
@@ -239,7 +240,7 @@ class RuncSandbox(ChannelFiles):
         return subprocess.Popen(["runc", "--root", str(state.RUNC_ROOT), "exec", "--user", f"{self.uid}:{self.gid}",
                                  "--cwd", "/tmp", self.name, *argv],
                                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, **fresh_signals())
 
     # -- commands -------------------------------------------------------------
 

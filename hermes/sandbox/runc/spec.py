@@ -7,7 +7,8 @@ cgroup namespaces; every capability dropped; no-new-privileges; the settings' no
 memory (swap not beyond it), CPU and pids limits in a cgroup of its own; the shared image root
 read-only; size-capped tmpfs at /tmp, the work dir, the row's cwd and the image's VOLUMEs (the
 docker backend's plan), /dev/shm capped the same; the seccomp section the Docker engine makes of
-its default profile (rootfs.docker_seccomp); the device list Docker allows.
+its default profile (rootfs.docker_seccomp); the device list Docker allows; the resource
+limits and HOSTNAME a Docker container's process gets (rlimits.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from docker.utils import parse_bytes
 
 from hermes.sandbox.base import SandboxError, SandboxSettings
 from hermes.sandbox.docker.container import _tmpfs_plan
+from hermes.sandbox.runc.rlimits import docker_rlimits
 from hermes.sandbox.runc.rootfs import ImageRoot, prepare_mount_points
 
 #: runc's default spec's masked and read-only paths (`runc spec`), as Docker has them too
@@ -58,6 +60,8 @@ def build_spec(root: ImageRoot, settings: SandboxSettings, cwd: str, args: list[
     env = [e for e in root.config.get("Env") or [] if not e.startswith(("HOME=", "TMPDIR="))]
     if not any(e.startswith("PATH=") for e in env):
         env.insert(0, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if not any(e.startswith("HOSTNAME=") for e in env):  # the engine sets it in every container
+        env.insert(1, f"HOSTNAME={hostname}")
     spec: dict[str, Any] = {
         "ociVersion": "1.0.2-dev",
         "root": {"path": str(root.rootfs), "readonly": True},
@@ -69,7 +73,7 @@ def build_spec(root: ImageRoot, settings: SandboxSettings, cwd: str, args: list[
             "env": env + ["HOME=/tmp", "TMPDIR=/tmp"],
             "cwd": "/tmp",
             "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []},
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+            "rlimits": [dict(r) for r in docker_rlimits()],  # a Docker container's, not runc spec's 1024 files
             "noNewPrivileges": True,
             "oomScoreAdj": 500,  # the host's OOM killer takes a sandbox before the run
         },
