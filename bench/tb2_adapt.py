@@ -178,13 +178,13 @@ def plain_docker(folder: Path, image: str, timeout: float = 900, cap_drop_all: b
 
 
 def run(tasks: Path, output: Path, backend: str, workers: int, cap_drop_all: bool = True,
-        skip_verify: bool = False, skip_reference: bool = False) -> dict:
+        skip_verify: bool = False, skip_reference: bool = False, run_name: str | None = None) -> dict:
     from hermes.sandbox.docker import build
 
     folders = sorted(p for p in tasks.iterdir() if p.is_dir())
     started = time.monotonic()
     cmd = [sys.executable, "-m", "flows.cli", "verify", str(tasks), "--json", "--num_workers", str(workers),
-           "--sandbox_backend", backend, "--run_name", f"tb2-{backend}"]
+           "--sandbox_backend", backend, "--run_name", run_name or f"tb2-{backend}"]
     if skip_verify:
         verified = {"results": [], "problems": []}
     else:
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(as Harbor's containers do) instead of --cap-drop ALL")
     r.add_argument("--skip_verify", action="store_true", help="only the plain docker reference")
     r.add_argument("--skip_reference", action="store_true", help="only hermes-batch verify")
+    r.add_argument("--run_name", default=None, help="labels verify's sandboxes (default tb2-BACKEND)")
     args = p.parse_args(argv)
     if args.action == "adapt":
         refused = adapt(args.mirror, args.out, args.task or TASKS)
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adapted {len((args.task or TASKS)) - len(refused)} task(s) into {args.out}")
         return 0
     run(args.tasks, args.output, args.backend, args.num_workers, cap_drop_all=not args.default_caps,
-        skip_verify=args.skip_verify, skip_reference=args.skip_reference)
+        skip_verify=args.skip_verify, skip_reference=args.skip_reference, run_name=args.run_name)
     return 0
 
 
