@@ -17,7 +17,6 @@ under Harbor's docker environment.
 """
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from hermes.data.dataset import TaskFolder
 from hermes.sandbox.base import TaskProfile
 from hermes.sandbox.registry import Capacity
 from hermes.settings import RunSettings
-
-log = logging.getLogger(__name__)
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
