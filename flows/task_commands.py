@@ -43,16 +43,22 @@ def verify_main(argv: Sequence[str]) -> int:
     p.add_argument("--check_timeout", type=float, default=None)
     p.add_argument("--prompt_timeout", type=float, default=None)
     p.add_argument("--build_concurrency", type=int, default=None)
+    p.add_argument("--task_max_cpus", type=float, default=None)
+    p.add_argument("--task_max_memory", default=None)
+    p.add_argument("--task_max_timeout", type=float, default=None)
+    p.add_argument("--run_name", default="oracle", help="labels its sandboxes (verify-RUN_NAME)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_model_flags(p, SandboxSettings, prefix="sandbox_")
     a = p.parse_args(argv)
     sandbox = {k.removeprefix("sandbox_"): v for k, v in vars(a).items() if k.startswith("sandbox_") and v is not None}
-    own = {k: v for k in ("num_workers", "max_samples", "check_timeout", "prompt_timeout", "build_concurrency")
+    own = {k: v for k in ("num_workers", "max_samples", "check_timeout", "prompt_timeout", "build_concurrency",
+                          "task_max_cpus", "task_max_memory", "task_max_timeout")
            if (v := getattr(a, k)) is not None}
     try:
-        settings = RunSettings(dataset_file=a.path, batch_size=1, run_name="oracle", sandbox=SandboxSettings(**sandbox),
+        settings = RunSettings(dataset_file=a.path, batch_size=1, run_name=a.run_name,
+                               sandbox=SandboxSettings(**sandbox),
                                **own)
-        results, problems = verify(settings)
+        results, problems, asked = verify(settings)
     except ValidationError as e:
         print(f"error: {validation_text(e)}", file=sys.stderr)
         return 2
@@ -60,7 +66,9 @@ def verify_main(argv: Sequence[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.json:
-        print(json.dumps({"results": [r.__dict__ for r in results], "problems": problems}, indent=2))
+        print(json.dumps({"results": [r.model_dump() for r in results], "problems": problems, "limits": asked},
+                         indent=2))
     else:
+        print(asked)
         print(format_results(results, problems))
     return 0 if results and all(r.passed for r in results) and not problems else 1

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from hermes.environment import API_KEY_VARIABLES, DASK_ADDRESS_PATTERN, read
 from hermes.netpolicy import ALLOW_ENV, parse_hosts
 from hermes.data.distributions import DISTRIBUTIONS
-from hermes.sandbox.base import SandboxSettings
+from hermes.sandbox.base import SIZE_PATTERN, SandboxSettings
 from hermes.tools import toolset_settings_model
 
 #: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
@@ -186,6 +186,14 @@ class RunSettings(AgentSettings):
                                    "flight at once; each image is built once per content hash")
     verifier_network: bool = Field(False, description="give a task's verifier (tests/test.sh) the network even when "
                                    "the agent has none; off: a verifier that needs it fails its check, saying so")
+    # Task folders' resources (hermes.run.task_limits): a task gets what its task.toml asks; these
+    # are the user's ceilings over it, none unless set.
+    task_max_cpus: float | None = Field(None, gt=0, description="most CPUs a task folder's sandbox gets, whatever "
+                                        "its task.toml asks (unset: what it asks, up to what the engine has)")
+    task_max_memory: str | None = Field(None, pattern=SIZE_PATTERN, description="most memory a task folder's "
+                                        "sandbox gets, like 2g (unset: what its task.toml asks, up to the engine's)")
+    task_max_timeout: float | None = Field(None, gt=0, description="most seconds a task folder's agent, and its "
+                                           "verifier, each get (unset: its task.toml's timeout_sec)")
     output_dir: str = Field("data", description="parent folder of run folders")
     # -- tool use (hermes.run.tool_use): a run whose agents never acted does not pass for a good one --
     max_no_tool_use_share: float = Field(

@@ -16,6 +16,7 @@ from hermes.data.run_paths import RunPaths
 from hermes.run import local_processes, remote, rundir
 from hermes.data.dataset import Dataset, Row
 from hermes.data.sources import read_source
+from hermes.run import task_rows
 from hermes.run.runner import RunContext
 from hermes.sandbox import SandboxRun, WeakerSandbox
 from hermes.sandbox.lifecycle import owner_label
@@ -127,6 +128,8 @@ class RunSession:
                     sandboxes = ctx.backend.open_run(settings.run_name)
                 except WeakerSandbox as e:
                     raise rundir.RunRefused(f"run '{settings.run_name}' refused: {e}") from None
+            if ctx.uses_sandbox and (asked := task_rows.limits_summary(dataset, settings, ctx.backend)):
+                log.info("%s", asked)  # task folders: what they ask and get, one line for all
             index = RunIndex(path, lean=True, memory=RUN_MEMORY)
             index.load_dataset(dataset)
             rundir.write_manifest(path, settings, total_prompts=dataset.prompts)

@@ -19,6 +19,7 @@ interface with lifecycle hooks, and a registry of the backends.
     backend.drain(timeout)                  wait for this process's background removals
     backend.available()                     can it make sandboxes now (health checks)
     backend.ensure_default_image()          the default image exists, built here if it can be
+    backend.capacity()                      the CPUs and memory one sandbox could have at most here
 
 A new backend is one module: subclass SandboxBackend, decorate it with @register, and import
 the module from hermes/sandbox/__init__.py (one line). No caller names a backend.
@@ -26,6 +27,8 @@ the module from hermes/sandbox/__init__.py (one line). No caller names a backend
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from hermes.sandbox import lifecycle
@@ -34,6 +37,24 @@ from hermes.sandbox.base import Leftover, Sandbox, SandboxError, SandboxSettings
 log = logging.getLogger(__name__)
 
 _BACKENDS: dict[str, type["SandboxBackend"]] = {}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the machine that runs the sandboxes has: no sandbox can be given more (a task asking
+    more is capped to it, hermes.run.task_limits)."""
+
+    cpus: float
+    memory_mb: int
+    where: str = "machine"  # named in the line that says a task was capped ("the engine has 2 CPUs")
+
+
+def host_capacity() -> Capacity | None:
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (ValueError, OSError):
+        return None
+    return Capacity(cpus=float(len(os.sched_getaffinity(0))), memory_mb=memory, where="host")
 
 
 def register(cls: type["SandboxBackend"]) -> type["SandboxBackend"]:
@@ -122,6 +143,11 @@ class SandboxBackend:
     def build_problems(self, context: str) -> list[str]:
         """Why an image could not be built from `context` here, found without building it ([]: none known)."""
         return []
+
+    def capacity(self) -> Capacity | None:
+        """The most CPUs and memory one sandbox can have here (None: not known). This host's by
+        default: right for a backend whose sandboxes run on it."""
+        return host_capacity()
 
     def open(self, spec: SandboxSpec) -> Sandbox:
         """Create and start one prompt's sandbox (its image ensured first). Raises

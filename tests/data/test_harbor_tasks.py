@@ -3,11 +3,13 @@ server on loopback, whole runs without Prefect (hermes.run.direct, as `--engine 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from hermes.data.harbor import describe_tasks, read_tasks
 from hermes.run import direct
-from hermes.run.verify import verify
+from flows.task_commands import verify_main
+from hermes.run.verify import OracleResult, format_results
 from hermes.sandbox.base import DEFAULT_IMAGE, SandboxSettings
 from hermes.sandbox.docker import build
 from hermes.settings import RunSettings
@@ -66,7 +68,8 @@ def entries(tmp_path: Path, name: str) -> list[dict]:
 
 
 def test_task_folders_run_with_images_built_once_tests_hidden_and_rewards_read_back(
-        tmp_path, mock_llm, default_image, docker_engine):
+        tmp_path, mock_llm, default_image, docker_engine, caplog):
+    caplog.set_level(logging.INFO, logger="hermes.run.session")
     root = tmp_path / "tasks"
     look = "ls /tests; find / -name test.sh -not -path '/proc/*' 2>/dev/null; ls /solution; echo END; pwd; id -u"
     task(root, "write-ok", "Write ok to /app/out.txt. " + script(*shell(look, "echo ok > out.txt"), DONE), TXT_TEST)
@@ -82,6 +85,9 @@ def test_task_folders_run_with_images_built_once_tests_hidden_and_rewards_read_b
     stats = direct.run(s)
     got = {e["metadata"]["task"]: e for e in entries(tmp_path, "tasks1")}
     assert set(got) == {"write-ok", "answer"}
+    # one line for all tasks on what they ask and get (hermes.run.task_limits)
+    said = [r.getMessage() for r in caplog.records if "task(s): memory" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("2 task(s): memory 2 ask 512 MB; CPUs 2 ask 1;"), said
     assert all(e["hermes"]["status"] == "completed" for e in got.values()), [e["hermes"]["error"] for e in got.values()]
 
     # the agent saw neither the tests nor the solution; it ran as the image's user, in its WORKDIR
@@ -114,18 +120,35 @@ def test_a_missing_reward_file_and_a_failed_build_fail_only_their_task(tmp_path,
     assert got["fine"]["reward"]["passed"] is True
     missing = got["no-reward"]["reward"]
     assert missing["passed"] is False and "wrote no /logs/verifier/reward.txt or /logs/verifier/reward.json" in missing["reason"]
+    assert "the verifier forgot its reward" in missing["output"]  # what test.sh printed, kept in the entry
     failed = got["unbuildable"]["hermes"]
     assert failed["status"] == "failed" and "image build failed" in failed["error"] and "the-build-broke" in failed["error"]
 
 
-def test_verify_runs_the_solutions_and_names_the_task_whose_solution_fails(tmp_path, default_image, docker_engine):
+def test_verify_runs_the_solutions_and_shows_what_a_failing_one_printed(tmp_path, default_image, docker_engine, capsys):
     root = tmp_path / "tasks"
     task(root, "good", "Write ok.", TXT_TEST, solve="echo ok > /app/out.txt\n")
-    task(root, "bad", "Write ok.", TXT_TEST, solve="echo not-ok > /app/out.txt\n")
-    results, problems = verify(RunSettings(dataset_file=str(root), batch_size=1, run_name=ORACLE,
-                                           sandbox=SandboxSettings(image=DEFAULT_IMAGE)))
-    assert problems == []
-    assert {r.task: r.passed for r in results} == {"good": True, "bad": False}
+    noisy = "".join(f"echo solve-line-{n}\n" for n in range(40))
+    task(root, "bad", "Write ok.", "echo test-says-expected-ok-got-$(cat /app/out.txt)\n" + TXT_TEST,
+         solve=noisy + "echo not-ok > /app/out.txt\n")
+    code = verify_main([str(root), "--json", "--sandbox_image", DEFAULT_IMAGE, "--run_name", ORACLE])
+    got = json.loads(capsys.readouterr().out)
+    assert code == 1 and got["problems"] == []
+    by = {r["task"]: r for r in got["results"]}
+    assert {t: r["passed"] for t, r in by.items()} == {"good": True, "bad": False}
+    bad = by["bad"]
+    assert bad["reason"] == "the verifier's reward is 0"
+    assert bad["solve"]["exit_code"] == 0 and "solve-line-39" in bad["solve"]["tail"]
+    assert bad["tests"]["exit_code"] == 0 and "test-says-expected-ok-got-not-ok" in bad["tests"]["tail"]
+    assert "2 task(s): memory 2 ask 512 MB" in got["limits"]
+
+    # the text a user reads: under the failing task, the end of each script's output
+    text = format_results([OracleResult.model_validate(r) for r in got["results"]], [])
+    shown = text.split("FAIL  bad", 1)[1]
+    assert "solution/solve.sh exited 0 (last 15 of 40 lines):" in shown and "| solve-line-39" in shown
+    assert "| solve-line-24" not in shown  # only the tail
+    assert "tests/test.sh exited 0:" in shown and "| test-says-expected-ok-got-not-ok" in shown
+    assert "1 of 2 oracle(s) pass; failing: bad" in text
     assert containers_of(docker_engine, f"verify-{ORACLE}") == []
 
 

@@ -53,6 +53,11 @@ class DockerBackend(SandboxBackend):
 
         return build_problems(context)
 
+    def capacity(self):
+        from hermes.sandbox.docker.engine import engine_capacity
+
+        return engine_capacity()
+
     def open(self, spec: SandboxSpec) -> Sandbox:
         from hermes.sandbox.docker.sandbox import DockerSandbox
 

@@ -133,6 +133,21 @@ def engine_problems(client: docker.DockerClient | None = None) -> list[str]:
         return problems
 
 
+def engine_capacity(client: docker.DockerClient | None = None):
+    """The engine's CPUs and memory (`docker info`'s NCPU and MemTotal): a container can have no
+    more (Docker refuses more CPUs than NCPU). None when the engine does not say."""
+    from hermes.sandbox.registry import Capacity
+
+    try:
+        info = (client or get_client()).info()
+    except (DockerException, SandboxError) as e:
+        log.warning("docker info failed, so a task's CPUs and memory are not checked against the engine's: %s", e)
+        return None
+    if not info.get("NCPU") or not info.get("MemTotal"):
+        return None
+    return Capacity(cpus=float(info["NCPU"]), memory_mb=int(info["MemTotal"]) >> 20, where="engine")
+
+
 def report_create_warnings(warnings: list[str] | None) -> None:
     for w in warnings or []:
         with _engine_lock:
