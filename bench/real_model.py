@@ -1,0 +1,207 @@
+"""A real model in the loop (issue #44, item 7): Qwen2.5-Coder-1.5B-Instruct behind llama.cpp's server.
+
+A benchmark, not a test: too slow for CI (CI replays recorded answers of this model instead:
+bench/real_model_record.py). Runs bench/real_model_tasks.jsonl (eight small terminal tasks,
+each with a row check) through the default path, `hermes-batch run` on the Prefect engine with
+Docker sandboxes, once per --tool_call_parser value and server mode, and reports per run:
+checks passed, tool calls per prompt by how they arrived (statistics.json's tool_use block),
+prompts that acted, the loud no-tool-use warning, tokens/s and prompts/s.
+
+    python -m bench.real_model_fetch                    # the model, into /work/models
+    python -m bench.real_model --parsers auto native --modes template
+
+`--keep_unreasoned` is passed: this model writes no reasoning, and the quality filter would
+otherwise discard every sample (which is not what is measured here). Timings on the shared
+2-core machine are noisy: compare runs of one invocation, not across days.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import real_model_serve  # noqa: E402
+
+TASKS = REPO / "bench" / "real_model_tasks.jsonl"
+RESULTS = REPO / "bench" / "real_model_results.json"
+#: llama.cpp's per-request timings, as its server prints them
+PERF = re.compile(r"^\s*(?:llama_perf_context_print:\s*)?(prompt eval|eval) time =\s*([\d.]+) ms /\s*(\d+)", re.M)
+
+
+def log(msg: str) -> None:
+    print(f"[real_model {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_command(a: argparse.Namespace, base_url: str, parser: str, run_name: str, out_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "flows.cli", "run", f"--dataset_file={a.tasks}", f"--batch_size={a.batch_size}",
+           f"--run_name={run_name}", f"--base_url={base_url}", f"--model={a.alias}", "--api_key=none",
+           "--distribution=terminal_only", f"--max_turns={a.max_turns}", f"--num_workers={a.num_workers}",
+           f"--max_tokens={a.max_tokens}", "--keep_unreasoned", f"--output_dir={out_dir}", "--seed=1"]
+    if parser != "default":
+        cmd.append(f"--tool_call_parser={parser}")
+    return cmd
+
+
+def server_perf(text: str) -> dict[str, float]:
+    """Sum of llama.cpp's own timings over the requests in `text` (a slice of the server's log)."""
+    ms = {"prompt eval": 0.0, "eval": 0.0}
+    tokens = {"prompt eval": 0, "eval": 0}
+    for kind, t, n in PERF.findall(text):
+        ms[kind] += float(t)
+        tokens[kind] += int(n)
+    return {"prompt_tokens": tokens["prompt eval"], "prompt_seconds": round(ms["prompt eval"] / 1000, 2),
+            "generated_tokens": tokens["eval"], "generation_seconds": round(ms["eval"] / 1000, 2),
+            "prompt_tokens_per_s": round(tokens["prompt eval"] / (ms["prompt eval"] / 1000), 2) if ms["prompt eval"] else None,
+            "generation_tokens_per_s": round(tokens["eval"] / (ms["eval"] / 1000), 2) if ms["eval"] else None}
+
+
+def journal(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's journal lines (batch_N.jsonl): the last line of each prompt key wins."""
+    last: dict[str, dict[str, Any]] = {}
+    for f in sorted(run_dir.glob("batch_*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                e = json.loads(line)
+                last[e["hermes"]["key"]] = e
+    return sorted(last.values(), key=lambda e: e["prompt_index"])
+
+
+def calls_of(entry: dict[str, Any]) -> int:
+    return sum(s.get("count", 0) for s in (entry.get("tool_stats") or {}).values())
+
+
+def _by_format(per_prompt: list[dict[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for p in per_prompt:
+        for fmt, n in p["tool_calls_by_format"].items():
+            total[fmt] = total.get(fmt, 0) + n
+    return total
+
+
+def summarise(run_dir: Path, tasks: list[dict[str, Any]], wall: float, stdout: str, perf: dict[str, Any]) -> dict[str, Any]:
+    entries = journal(run_dir)
+    stats = json.loads((run_dir / "statistics.json").read_text()) if (run_dir / "statistics.json").exists() else {}
+    per_prompt = []
+    for e in entries:
+        h = e["hermes"]
+        per_prompt.append({
+            "task": tasks[e["prompt_index"]].get("task", str(e["prompt_index"])),
+            "status": h["status"], "api_calls": e.get("api_calls"), "tool_calls": calls_of(e),
+            "check_passed": (e.get("reward") or {}).get("passed"),
+            # how this entry's calls arrived (native, or the text format they were recovered from)
+            "tool_calls_by_format": h.get("tool_calls_by_format") or {},
+            "no_tool_use": h.get("no_tool_use", False),
+            "completion_tokens": (h.get("usage") or {}).get("completion_tokens", 0),
+            "error": h.get("error"),
+        })
+    completion = sum(p["completion_tokens"] for p in per_prompt)
+    prompt_tokens = sum((e["hermes"].get("usage") or {}).get("prompt_tokens", 0) for e in entries)
+    warned = [ln for ln in stdout.splitlines() if re.search(r"no.?tool|never called|did not call", ln, re.I)]
+    return {
+        "prompts": len(entries),
+        "checks_passed": sum(1 for p in per_prompt if p["check_passed"]),
+        "prompts_acted": sum(1 for p in per_prompt if p["tool_calls"] > 0),
+        "tool_calls": sum(p["tool_calls"] for p in per_prompt),
+        "tool_calls_per_prompt": round(sum(p["tool_calls"] for p in per_prompt) / max(len(entries), 1), 2),
+        "tool_calls_by_format": _by_format(per_prompt),
+        "prompts_no_tool_use": sum(1 for p in per_prompt if p["no_tool_use"]),
+        "statistics_tool_use": stats.get("tool_use"),
+        "statuses": {s: sum(1 for p in per_prompt if p["status"] == s) for s in sorted({p["status"] for p in per_prompt})},
+        "no_tool_use_warning": warned[:5],
+        "wall_seconds": round(wall, 1),
+        "prompts_per_s": round(len(entries) / wall, 4),
+        "completion_tokens": completion, "prompt_tokens": prompt_tokens,
+        "completion_tokens_per_wall_s": round(completion / wall, 2),
+        "server": perf,
+        "per_prompt": per_prompt,
+    }
+
+
+def one_run(a: argparse.Namespace, base_url: str, mode: str, parser: str, scratch: Path, server_log: Path,
+            tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    run_name = f"real-{mode}-{parser}-{int(time.time())}"
+    cmd = run_command(a, base_url, parser, run_name, scratch / "data")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "OPENAI_", "OPENROUTER_"))}
+    env["PYTHONPATH"] = str(REPO)
+    log(f"{mode}/{parser}: {' '.join(cmd[2:])}")
+    offset = server_log.stat().st_size
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=a.run_timeout)
+    wall = time.perf_counter() - started
+    with open(server_log, "rb") as f:
+        f.seek(offset)
+        perf = server_perf(f.read().decode(errors="replace"))
+    (scratch / f"{run_name}.stdout").write_text(done.stdout + "\n--- stderr\n" + done.stderr)
+    if done.returncode != 0 and not (scratch / "data" / run_name / "statistics.json").exists():
+        raise RuntimeError(f"{mode}/{parser}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    result = summarise(scratch / "data" / run_name, tasks, wall, done.stdout + done.stderr, perf)
+    result.update(mode=mode, parser=parser, exit_code=done.returncode, summary_tail=done.stdout.splitlines()[-25:])
+    log(f"{mode}/{parser}: checks {result['checks_passed']}/{result['prompts']}, calls {result['tool_calls']}, "
+        f"acted {result['prompts_acted']}, {result['wall_seconds']} s")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.real_model", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parsers", nargs="+", default=["auto", "native"],
+                   help="--tool_call_parser values to compare ('default': pass none)")
+    p.add_argument("--modes", nargs="+", choices=sorted(real_model_serve.MODES), default=["template"])
+    p.add_argument("--tasks", type=Path, default=TASKS)
+    p.add_argument("--model", type=Path, default=real_model_serve.DEFAULT_MODEL)
+    p.add_argument("--python", type=Path, default=real_model_serve.DEFAULT_PYTHON)
+    p.add_argument("--alias", default="qwen2.5-coder-1.5b")
+    p.add_argument("--max_turns", type=int, default=6)
+    p.add_argument("--max_tokens", type=int, default=512)
+    p.add_argument("--num_workers", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--run_timeout", type=float, default=3600)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--keep", action="store_true", help="keep the scratch folder (runs, stdout, server log)")
+    a = p.parse_args(argv)
+    tasks = [json.loads(line) for line in a.tasks.read_text().splitlines() if line.strip()]
+    scratch = Path(tempfile.mkdtemp(prefix="hermes-real-model-"))
+    runs = []
+    try:
+        for mode in a.modes:
+            server_log = scratch / f"llama-{mode}.log"
+            with real_model_serve.serve(mode, model=a.model, python=a.python, threads=a.threads, alias=a.alias,
+                                        log=server_log) as base_url:
+                for parser in a.parsers:
+                    runs.append(one_run(a, base_url, mode, parser, scratch, server_log, tasks))
+    finally:
+        if a.keep:
+            log(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    result = {
+        "model": a.model.name, "server": "llama-cpp-python[server]==0.3.36, CPU, "
+                                           f"{a.threads} threads, n_ctx 8192",
+        "tasks": str(a.tasks.relative_to(REPO)) if a.tasks.is_relative_to(REPO) else str(a.tasks),
+        "command": "python -m bench.real_model " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "flags": {"distribution": "terminal_only", "max_turns": a.max_turns, "max_tokens": a.max_tokens,
+                  "num_workers": a.num_workers, "batch_size": a.batch_size, "keep_unreasoned": True},
+        "machine": f"{os.cpu_count()} cores (shared with other work: timings are noisy)",
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": runs,
+    }
+    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

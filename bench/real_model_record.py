@@ -1,0 +1,129 @@
+"""Record real answers of Qwen2.5-Coder-1.5B-Instruct (llama.cpp, the model's own template) for CI.
+
+CI cannot run the model (minutes per answer on 2 cores); the text tool-call parser's tests replay
+what it really wrote instead. Each case sends the request a batch run sends (the agent's system
+prompt, the terminal and file tools' schemas, one user prompt) at temperature 0 with a fixed
+seed, and writes the raw reply to tests/model/recorded/real_qwen25coder_<case>.json.
+
+The expected calls are a person's reading of the reply, not the parser's output (a test
+checking the parser against its own output could not fail): a new or changed reply is written
+with `"expected_calls": null` and `"review": "todo"`, and this script says which files to read
+and fill in. A re-recording whose reply is unchanged keeps the reviewed expectation.
+
+    python -m bench.real_model_record                      # starts the server itself
+    python -m bench.real_model_record --base_url http://127.0.0.1:8090/v1 --cases prose_only
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import real_model_serve  # noqa: E402
+from hermes.agent.loop import compose_system_prompt  # noqa: E402
+from hermes.tools import openai_schemas, tools_for  # noqa: E402
+
+OUT = REPO / "tests" / "model" / "recorded"
+PREFIX = "real_qwen25coder_"
+TOOLSETS = ["terminal", "file"]  # the terminal_only distribution
+TASKS = REPO / "bench" / "real_model_tasks.jsonl"
+
+#: case -> user prompt. The bench's tasks (where the model writes calls as text, in several
+#: shapes), and answers that must not count as calls: prose, and JSON shown as an example.
+EXTRA_CASES = {
+    "prose_only": "In two sentences, what is the difference between a list and a tuple in Python?",
+    "json_example": "Show me an example JSON object for a user with a name and an age. Just show it, do not "
+                    "create any file.",
+    "json_call_shape_example": "Explain, with one JSON example, how an OpenAI function call to a weather tool "
+                               "named get_weather looks (its name and arguments). Do not call any tool.",
+}
+
+
+def cases() -> dict[str, str]:
+    rows = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
+    return {**{f"task_{r['task']}": r["prompt"] for r in rows}, **EXTRA_CASES}
+
+
+def request(prompt: str, model: str, max_tokens: int, seed: int) -> dict[str, Any]:
+    return {"model": model, "temperature": 0, "seed": seed, "max_tokens": max_tokens,
+            "messages": [{"role": "system", "content": compose_system_prompt(None)},
+                         {"role": "user", "content": prompt}],
+            "tools": openai_schemas(tools_for(TOOLSETS))}
+
+
+def post(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=900) as r:
+        return json.load(r)
+
+
+def fixture(case: str, body: dict[str, Any], response: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    message = response["choices"][0]["message"]
+    same = old is not None and old.get("reply", {}).get("content") == message.get("content")
+    return {
+        "source": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama-cpp-python[server]==0.3.36, the model's own chat "
+                  "template (no --chat_format); recorded by bench/real_model_record.py",
+        "case": case,
+        "recorded_at": old["recorded_at"] if same else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "request": {"temperature": body["temperature"], "seed": body["seed"], "max_tokens": body["max_tokens"],
+                    "system": body["messages"][0]["content"], "user": body["messages"][1]["content"],
+                    "tools": [t["function"]["name"] for t in body["tools"]]},
+        "reply": {"content": message.get("content"), "tool_calls": message.get("tool_calls"),
+                  "finish_reason": response["choices"][0].get("finish_reason"), "usage": response.get("usage")},
+        # a person's reading of the reply: [{"name", "arguments"}] in order ([] : not a call)
+        "expected_calls": old.get("expected_calls") if same else None,
+        "review": old.get("review", "todo") if same else "todo",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.real_model_record", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base_url", help="a running server (else one is started in template mode)")
+    p.add_argument("--cases", nargs="*", help="only these cases (default: all)")
+    p.add_argument("--alias", default="qwen2.5-coder-1.5b")
+    p.add_argument("--max_tokens", type=int, default=512)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", type=Path, default=OUT)
+    a = p.parse_args(argv)
+    wanted = cases()
+    if a.cases:
+        unknown = set(a.cases) - set(wanted)
+        if unknown:
+            raise SystemExit(f"unknown cases {sorted(unknown)}; known: {sorted(wanted)}")
+        wanted = {k: wanted[k] for k in a.cases}
+    a.out.mkdir(parents=True, exist_ok=True)
+    todo = []
+    server = (contextlib.nullcontext(a.base_url) if a.base_url
+              else real_model_serve.serve("template", alias=a.alias))
+    with server as base_url:
+        for case, prompt in wanted.items():
+            path = a.out / f"{PREFIX}{case}.json"
+            old = json.loads(path.read_text()) if path.exists() else None
+            body = request(prompt, a.alias, a.max_tokens, a.seed)
+            started = time.perf_counter()
+            response = post(base_url, body)
+            fx = fixture(case, body, response, old)
+            path.write_text(json.dumps(fx, indent=1, ensure_ascii=False) + "\n")
+            print(f"{case}: {time.perf_counter() - started:.0f} s, review {fx['review']}: "
+                  f"{(fx['reply']['content'] or '')[:120]!r}", flush=True)
+            if fx["review"] == "todo":
+                todo.append(path)
+    if todo:
+        print("read these replies and fill in expected_calls (then review: done):\n  " +
+              "\n  ".join(str(t.relative_to(REPO)) if t.is_relative_to(REPO) else str(t) for t in todo))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
