@@ -5,10 +5,11 @@ what it really wrote instead. Each case sends the request a batch run sends (the
 prompt, the terminal and file tools' schemas, one user prompt) at temperature 0 with a fixed
 seed, and writes the raw reply to tests/model/recorded/real_qwen25coder_<case>.json.
 
-The expected calls are a person's reading of the reply, not the parser's output (a test
+The file is a case of tests/model/test_textcalls.py (format: tests/model/recorded/README.md).
+Its `expected` calls are a person's reading of the reply, not the parser's output (a test
 checking the parser against its own output could not fail): a new or changed reply is written
-with `"expected_calls": null` and `"review": "todo"`, and this script says which files to read
-and fill in. A re-recording whose reply is unchanged keeps the reviewed expectation.
+with `"expected": null`, and this script names the files to read and fill in by hand. A
+re-recording whose reply is unchanged keeps the reviewed expectation and its `about`.
 
     python -m bench.real_model_record                      # starts the server itself
     python -m bench.real_model_record --base_url http://127.0.0.1:8090/v1 --cases prose_only
@@ -68,21 +69,22 @@ def post(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def fixture(case: str, body: dict[str, Any], response: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    message = response["choices"][0]["message"]
-    same = old is not None and old.get("reply", {}).get("content") == message.get("content")
+    """The parser tests' case format (tests/model/recorded/README.md), plus `recorded` (how)."""
+    content = response["choices"][0]["message"].get("content")
+    same = old is not None and old["response"]["choices"][0]["message"].get("content") == content
     return {
-        "source": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama-cpp-python[server]==0.3.36, the model's own chat "
-                  "template (no --chat_format); recorded by bench/real_model_record.py",
-        "case": case,
-        "recorded_at": old["recorded_at"] if same else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "request": {"temperature": body["temperature"], "seed": body["seed"], "max_tokens": body["max_tokens"],
-                    "system": body["messages"][0]["content"], "user": body["messages"][1]["content"],
-                    "tools": [t["function"]["name"] for t in body["tools"]]},
-        "reply": {"content": message.get("content"), "tool_calls": message.get("tool_calls"),
-                  "finish_reason": response["choices"][0].get("finish_reason"), "usage": response.get("usage")},
-        # a person's reading of the reply: [{"name", "arguments"}] in order ([] : not a call)
-        "expected_calls": old.get("expected_calls") if same else None,
-        "review": old.get("review", "todo") if same else "todo",
+        "about": old["about"] if same else f"real: Qwen2.5-Coder-1.5B-Instruct Q4_K_M under llama.cpp's server with "
+                                           f"the model's own template, asked {case!r} (TODO: what it shows)",
+        "tools": [t["function"]["name"] for t in body["tools"]],
+        "parser": "auto",
+        "response": response,
+        # a person's reading of the reply: {"content": prose left, "calls": [{"name", "arguments", "format"}]}
+        "expected": old["expected"] if same else None,
+        "recorded": {"by": "bench/real_model_record.py", "server": "llama-cpp-python[server]==0.3.36 (CPU), no "
+                     "--chat_format", "model": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                     "at": old["recorded"]["at"] if same else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "temperature": body["temperature"], "seed": body["seed"], "max_tokens": body["max_tokens"],
+                     "system": body["messages"][0]["content"], "user": body["messages"][1]["content"]},
     }
 
 
@@ -115,12 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             response = post(base_url, body)
             fx = fixture(case, body, response, old)
             path.write_text(json.dumps(fx, indent=1, ensure_ascii=False) + "\n")
-            print(f"{case}: {time.perf_counter() - started:.0f} s, review {fx['review']}: "
-                  f"{(fx['reply']['content'] or '')[:120]!r}", flush=True)
-            if fx["review"] == "todo":
+            reviewed = fx["expected"] is not None
+            print(f"{case}: {time.perf_counter() - started:.0f} s, {'reviewed' if reviewed else 'TO REVIEW'}: "
+                  f"{(response['choices'][0]['message'].get('content') or '')[:120]!r}", flush=True)
+            if not reviewed:
                 todo.append(path)
     if todo:
-        print("read these replies and fill in expected_calls (then review: done):\n  " +
+        print("read these replies, write `expected` and `about` by hand (tests/model/recorded/README.md):\n  " +
               "\n  ".join(str(t.relative_to(REPO)) if t.is_relative_to(REPO) else str(t) for t in todo))
     return 0
 
