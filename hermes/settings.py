@@ -19,6 +19,7 @@ from hermes.tools import toolset_settings_model
 #: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
 ToolsetSettings = toolset_settings_model()
 
+ToolCallParser = Literal["auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "none"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = API_KEY_VARIABLES
 DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
@@ -50,6 +51,11 @@ class AgentSettings(BaseModel):
         default_factory=lambda: parse_hosts(read("web_allow_hosts")),
         description="hosts the web and browser tools may reach despite the private-address rules: host names, "
                     f"addresses or CIDRs, comma separated (default: ${ALLOW_ENV})")
+    # -- tool calls written as text (hermes.model.textcalls; README "Running against open models") --
+    tool_call_parser: ToolCallParser = Field(
+        "auto", description="how tool calls are read from the model's answers: auto (native tool_calls, else calls "
+        "written as text in any known format, unmarked JSON only naming an offered tool), native / none (native "
+        "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder")
 
     @field_validator("web_allow_hosts", mode="before")
     @classmethod
@@ -127,6 +133,11 @@ class RunSettings(AgentSettings):
     verifier_network: bool = Field(False, description="give a task's verifier (tests/test.sh) the network even when "
                                    "the agent has none; off: a verifier that needs it fails its check, saying so")
     output_dir: str = Field("data", description="parent folder of run folders")
+    # -- tool use (hermes.run.tool_use): a run whose agents never acted does not pass for a good one --
+    max_no_tool_use_share: float = Field(
+        1.0, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of the "
+        "prompts offered tools never called one (a server without a tool parser, a model that does not call "
+        "tools); 1 (default): never Failed for it, but past half the summary, report and log warn loudly")
 
     @field_validator("run_name")
     @classmethod

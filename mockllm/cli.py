@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
-from mockllm.conversation import HALLUCINATED_TOOL, REASONING_MODES
+from mockllm.conversation import HALLUCINATED_TOOL, REASONING_MODES, TOOL_CALL_MODES
 from mockllm.server import MockLLM
 
 # --------------------------------------------------------------------------- CLI
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--burst", type=int, default=0, metavar="N", help="most requests --rpm takes at once (default: one second's worth)")
     add("--no-ratelimit-headers", dest="ratelimit_headers", action="store_false",
         help="with --rpm, send only Retry-After on a 429, no x-ratelimit-* headers")
+    add("--tool-calls", default="native", choices=TOOL_CALL_MODES,
+        help="how the scripted calls are sent: native tool_calls, written as text in a model family's format "
+             "(as a server without a tool parser returns them), or never (prose only); see mockllm.textcalls")
     add("--verbose", action="store_true", help="log every HTTP request to stderr")
     return parser
 

@@ -7,6 +7,8 @@ from typing import Any, Iterator
 
 MODEL_ID = "mock-model"
 REASONING_MODES = ("field", "content", "inline", "scratchpad", "none")
+#: --tool-calls: the OpenAI field, or the calls written as text in a model family's format (mockllm.textcalls)
+TOOL_CALL_MODES = ("native", "hermes", "json", "llama", "mistral", "qwen3_coder", "never")
 SCRIPT_MARKER = "MOCK_SCRIPT:"
 HALLUCINATED_TOOL = "web_fetch_imaginary"
 STREAM_PIECE = 12          # characters per streamed content / reasoning / arguments delta
@@ -34,8 +36,11 @@ class MockConfig:
     burst: int = 0                  # most requests the cap takes at once (0: one second's worth)
     ratelimit_headers: bool = True  # send x-ratelimit-* headers (some endpoints send only Retry-After)
     verbose: bool = False           # log each HTTP request to stderr
+    tool_calls: str = "native"      # how calls are sent: native, or written as text (mockllm.textcalls)
 
     def __post_init__(self) -> None:
+        if self.tool_calls not in TOOL_CALL_MODES:
+            raise ValueError(f"tool_calls must be one of {TOOL_CALL_MODES}, not {self.tool_calls!r}")
         if self.reasoning not in REASONING_MODES:
             raise ValueError(f"reasoning must be one of {REASONING_MODES}, not {self.reasoning!r}")
         for name in ("error_rate", "hallucinate_rate"):

@@ -24,6 +24,7 @@ from mockllm.conversation import MODEL_ID, BadRequest, MockConfig, parse_convers
 from mockllm.images import ImageAPI
 from mockllm.ratelimit import RequestBucket, format_duration
 from mockllm.scenario import reply_for
+from mockllm.textcalls import as_text
 from mockllm.wire import completion_chunks, completion_object, error_body
 
 # --------------------------------------------------------------------------- server state
@@ -224,7 +225,7 @@ class Routes:
         state.record(body)
         try:
             conv = parse_conversation(body)
-            reply = reply_for(conv, state.config)
+            reply = as_text(reply_for(conv, state.config), state.config.tool_calls)
         except BadRequest as exc:
             return self.failure(400, str(exc), extra)
         await asyncio.sleep(state.latency() + reply.sleep)

@@ -46,6 +46,9 @@ def publish(run_path: Path, stats: dict, max_failed_share: float | None = None) 
         scalars.append({"statistic": f"usage.{k}", "value": v})
     for kind, counts in (stats.get("aux_usage") or {}).items():  # tools' own model calls (vision, image_gen)
         scalars += [{"statistic": f"aux_usage.{kind}.{k}", "value": v} for k, v in counts.items()]
+    for k, v in (stats.get("tool_use") or {}).items():  # calls by how they arrived, prompts that never acted
+        scalars += ([{"statistic": f"tool_use.calls.{f}", "value": n} for f, n in v.items()] if isinstance(v, dict)
+                    else [{"statistic": f"tool_use.{k}", "value": v}])
     create_table_artifact(scalars, key=f"statistics-{key}", description=f"Statistics of run '{name}' (statistics.json)")
 
     # Always published, so every run has the artifacts the docs list; a run without tool calls says so.
@@ -73,6 +76,9 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
                f"({share:.0%}, more than the allowed {max_share:.0%}). The outputs below were still written."
                if failed_too_many else
                f"**Done**: {stats['trajectories_written']} trajectories from {stats['total_prompts']} prompts.")
+    never_acted = (stats.get("tool_use") or {}).get("warning")
+    if never_acted:  # the agents did not act: never shown as a plain "Done" (hermes.run.tool_use)
+        verdict += f"\n\n> **Warning: the agents never acted.** {never_acted}"
     cmd = commands(str(name), paths.root.parent)
     lines = [
         f"# Run `{name}`", "", verdict, "",

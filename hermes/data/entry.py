@@ -72,6 +72,11 @@ class HermesBlock(BaseModel):
     trial: int = 1
     #: the task folder's name, for rows read from one (statistics.json's per-task pass rates)
     task: str | None = None
+    # -- tool use (hermes.model.textcalls): absent where there were no calls / tools were not offered --
+    #: the conversation's tool calls by how they arrived: native, or the text format they were recovered from
+    tool_calls_by_format: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    #: tools were offered and no answer held a native or recoverable call: the agent never acted
+    no_tool_use: bool = Field(False, exclude_if=lambda v: not v)
 
     @model_serializer(mode="wrap")
     def _plain_rows_unchanged(self, handler):

@@ -21,6 +21,7 @@ from hermes.environment import read
 from hermes.lazyimport import imported
 from hermes.model.calls import CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
+from hermes.model import textcalls
 from hermes.settings import AgentSettings
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class ModelClient:
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
+        self.tool_call_parser = settings.tool_call_parser  # calls written as text: hermes.model.textcalls
         self.api_key = resolve_api_key(api_key)
         ceiling = max_in_flight or getattr(settings, "num_workers", None) or 64
         self.limiter = AdaptiveLimiter(ceiling)
@@ -152,14 +154,14 @@ class ModelClient:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         try:
-            return _reply_of_dict(self._calls().post(self._body(messages, tools)))
+            return self._read(self._calls().post(self._body(messages, tools)), messages, tools)
         except CallError as e:
             raise ModelError(str(e), kind=e.kind, transient=e.transient) from e
 
     async def complete_async(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         """complete() for a coroutine running on this client's loop (run_on_loop)."""
         try:
-            return _reply_of_dict(await self._calls().endpoint.post(self._body(messages, tools)))
+            return self._read(await self._calls().endpoint.post(self._body(messages, tools)), messages, tools)
         except CallError as e:
             raise ModelError(str(e), kind=e.kind, transient=e.transient) from e
 
@@ -209,7 +211,14 @@ class ModelClient:
             raise ModelError(f"model endpoint failed: {e}", kind=kind, transient=True) from e
         except (AssertionError, RuntimeError) as e:  # the stream state refuses a stream that never began
             raise ModelError(f"model endpoint sent an unusable stream: {e}", kind=UNUSABLE) from e
-        return _reply_of_dict(resp.model_dump(exclude_none=True))
+        return self._read(resp.model_dump(exclude_none=True), messages, tools)
+
+    def _read(self, resp: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        """The reply, its calls normalised once here: calls written as text recovered (hermes.model.textcalls)."""
+        reply = _reply_of_dict(resp)
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        textcalls.normalise(reply.message, tools, self.tool_call_parser, turn)
+        return reply
 
     def close(self) -> None:
         """Close the pools and end the loop's thread; a call still out then fails with ModelError."""
@@ -258,9 +267,16 @@ def _reply_of_dict(resp: Any) -> Reply:
     return Reply(message=message, usage=usage, finish_reason=choice.get("finish_reason"))
 
 
+_NOT_SENT = ("reasoning", "reasoning_content", textcalls.ARRIVAL_KEY)
+
+
 def _for_api(message: dict[str, Any]) -> dict[str, Any]:
-    # Reasoning is kept for the trajectory but not sent back: strict endpoints reject unknown fields.
-    return {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+    # Reasoning is kept for the trajectory but not sent back, nor how the calls arrived: strict endpoints
+    # reject unknown fields. A call recovered from text goes back as the native call it became.
+    sent = {k: v for k, v in message.items() if k not in _NOT_SENT}
+    if sent.get("tool_calls") and sent.get("content") is None:
+        sent["content"] = ""  # llama.cpp's server answers 500 to a null content beside tool_calls
+    return sent
 
 
 def _error_text(e: openai.APIStatusError) -> str:

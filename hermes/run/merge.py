@@ -30,6 +30,7 @@ from hermes.data.stats import (add_reasoning, add_reward, add_tool_stats, aggreg
                           aggregate_tool_stats)
 from hermes.data.journal_lines import hermes_block, journal_lines, split_entry
 from hermes.data.run_index import IndexBusy, RunIndex
+from hermes.run.tool_use import add_tool_use, aggregate_tool_use
 
 
 def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, Any]:
@@ -76,6 +77,8 @@ def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, A
         "dropped_check_failed": counts["dropped_check_failed"],
         "dropped_unchecked": counts["dropped_unchecked"],
         "check_statistics": aggregate_rewards(totals["rewards"]),
+        # prompts offered tools, how many acted, calls by how they arrived (native or a text format)
+        "tool_use": aggregate_tool_use(totals["tool_use"]),
         "api_calls": totals["api_calls"],
         "usage": {k: totals["usage"].get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
@@ -105,6 +108,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
     aux_usage: dict[str, Counter] = {}
     tools: dict[str, dict] = {}
     reasoning: dict[str, int] = {}
+    tool_use: dict[str, Any] = {}
     api_calls = 0
     for num, path, size, wins in index.winning_files():
         for line, raw in journal_lines(path, size):
@@ -120,6 +124,8 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
             if line not in wins:
                 continue
             status = meta.get("status")
+            if status != Status.FAILED:
+                add_tool_use(tool_use, tail.get("toolsets_used"), meta)
             if status not in KEPT:
                 counts["discarded_no_reasoning"] += 1
             elif meta.get("hallucinated_tools"):
@@ -137,7 +143,7 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
                 add_reasoning(reasoning, meta.get("reasoning"))
                 out.write(head if head is not None else _without_hermes(tail))
     return {"counts": counts, "usage": usage, "aux_usage": aux_usage, "tools": tools, "reasoning": reasoning,
-            "api_calls": api_calls, "rewards": rewards, "trials": trials}
+            "api_calls": api_calls, "rewards": rewards, "trials": trials, "tool_use": tool_use}
 
 
 def add_aux_usage(totals: dict[str, Counter], aux: Any) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from hermes.run import local_processes, merge
 from hermes.run import remote, runner
 from hermes.data.outcome import check_failed_share
+from hermes.run import tool_use
 from hermes.run.admission import Admission
 from hermes.run.progress import JournalTail, ProgressLine
 from hermes.run.rundir import RunRefused
@@ -211,4 +212,6 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
         session.close()
     stats = steps.merge(session.path, settings.max_failed_share)
     check_failed_share(stats, settings.max_failed_share, session.path)
+    tool_use.report(stats)  # agents that never acted: said loudly (hermes.run.tool_use)
+    tool_use.check_no_tool_use_share(stats, settings.max_no_tool_use_share, session.path)
     return stats

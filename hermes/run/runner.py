@@ -33,6 +33,7 @@ from hermes.settings import RunSettings
 from hermes.data.task import RowTask
 from hermes.run import task_rows
 from hermes.run.workerfiles import InFlight
+from hermes.run.tool_use import tool_use
 from hermes.data.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
 from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
                           openai_schemas, tools_for)
@@ -195,6 +196,7 @@ def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools
             worker=ctx.worker,
             trial=row.trial,
             task=row.row.task_folder.name if row.row.task_folder else None,
+            **tool_use(messages, tools, ran=run is not None and not error),
         ),
     )
 

@@ -66,10 +66,26 @@ def summary_lines(stats: dict[str, Any]) -> list[str]:
     else:
         lines.append("Tools used: none")
 
+    lines += tool_use_lines(stats)
+
     reasoning = stats.get("reasoning_statistics") or {}
     if reasoning.get("total_assistant_turns"):
         with_r, turns = reasoning.get("turns_with_reasoning", 0), reasoning["total_assistant_turns"]
         lines.append(f"Reasoning: {with_r} of {turns} assistant turns ({with_r / turns:.0%})")
+    return lines
+
+
+def tool_use_lines(stats: dict[str, Any]) -> list[str]:
+    """How the agents acted (hermes.run.tool_use): calls by how they arrived; the warning when most never did."""
+    block = stats.get("tool_use") or {}
+    if not block.get("prompts_offered_tools"):
+        return []
+    calls = block.get("calls_by_format") or {}
+    arrived = ", ".join(f"{n} {fmt}" for fmt, n in calls.items()) or "none"
+    lines = [f"Tool use: {block.get('prompts_acted', 0)} of {block['prompts_offered_tools']} prompts offered tools "
+             f"called one; calls by how they arrived: {arrived}"]
+    if block.get("warning"):
+        lines += ["", "!" * 72, f"WARNING: {block['warning']}", "!" * 72]
     return lines
 
 
