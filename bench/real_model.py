@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import json
 import os
 import re
@@ -25,7 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,54 @@ PERF = re.compile(r"^\s*(?:llama_perf_context_print:\s*)?(prompt eval|eval) time
 
 def log(msg: str) -> None:
     print(f"[real_model {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Recorder:
+    """A loopback proxy between the run and the server that keeps every chat request and the answer as it
+    came (bench/real_model_record.py --from turns them into the parser tests' cases): the runs
+    themselves are the recording, no second pass of the model needed."""
+
+    def __init__(self, upstream: str, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        me, self.count, self.lock = self, 0, threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self, body: bytes | None) -> None:
+                req = urllib.request.Request(upstream.rsplit("/v1", 1)[0] + self.path, data=body, method=self.command,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=3600) as r:
+                        status, raw = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    status, raw = e.code, e.read()
+                if body and self.path.endswith("/chat/completions"):
+                    with me.lock:
+                        me.count += 1
+                        n = me.count
+                    record = {"request": json.loads(body), "status": status, "response": json.loads(raw or b"null")}
+                    (folder / f"{n:04d}.json").write_text(json.dumps(record, ensure_ascii=False) + "\n")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+                self._relay(None)
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._relay(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def run_command(a: argparse.Namespace, base_url: str, parser: str, run_name: str, out_dir: Path) -> list[str]:
@@ -175,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base_url", help="a server already running (bench.real_model_serve) instead of starting "
                    "one per mode; --modes then names its one mode")
     p.add_argument("--server_log", type=Path, help="that server's output, for llama.cpp's own timings")
+    p.add_argument("--record", type=Path, help="keep every request and raw answer of the runs in this folder "
+                   "(for bench.real_model_record --from)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (runs, stdout, server log)")
     a = p.parse_args(argv)
@@ -192,7 +246,13 @@ def main(argv: list[str] | None = None) -> int:
                                                 alias=a.alias, log=server_log)
             with server as base_url:
                 for parser in a.parsers:
-                    runs.append(one_run(a, base_url, mode, parser, scratch, server_log, tasks))
+                    recorder = Recorder(base_url, a.record / f"{mode}-{parser}") if a.record else None
+                    try:
+                        runs.append(one_run(a, recorder.base_url if recorder else base_url, mode, parser, scratch,
+                                            server_log, tasks))
+                    finally:
+                        if recorder:
+                            recorder.close()
     finally:
         if a.keep:
             log(f"kept {scratch}")
