@@ -13,6 +13,7 @@ re-recording whose reply is unchanged keeps the reviewed expectation and its `ab
 
     python -m bench.real_model_record                      # starts the server itself
     python -m bench.real_model_record --base_url http://127.0.0.1:8090/v1 --cases prose_only
+    python -m bench.real_model_record --from /work/models/recorded --out /tmp/cases   # the runs' answers
 """
 from __future__ import annotations
 
@@ -83,9 +84,29 @@ def fixture(case: str, body: dict[str, Any], response: dict[str, Any], old: dict
         "recorded": {"by": "bench/real_model_record.py", "server": "llama-cpp-python[server]==0.3.36 (CPU), no "
                      "--chat_format", "model": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                      "at": old["recorded"]["at"] if same else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "temperature": body["temperature"], "seed": body["seed"], "max_tokens": body["max_tokens"],
-                     "system": body["messages"][0]["content"], "user": body["messages"][1]["content"]},
+                     **{k: body[k] for k in ("temperature", "seed", "max_tokens") if k in body},
+                     "messages": body["messages"]},
     }
+
+
+def from_runs(folder: Path, out: Path) -> list[Path]:
+    """Cases from what bench.real_model --record kept: every answer of the runs, named by the task
+    whose prompt it answered, the folder (server mode and parser) and the turn."""
+    by_prompt = {r["prompt"]: r["task"] for r in (json.loads(line) for line in TASKS.read_text().splitlines() if line.strip())}
+    written = []
+    for rec_path in sorted(folder.rglob("*.json")):
+        rec = json.loads(rec_path.read_text())
+        if rec.get("status") != 200:
+            continue
+        body = rec["request"]
+        user = next((m["content"] for m in body["messages"] if m["role"] == "user"), "")
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        case = f"task_{by_prompt.get(user, 'unknown')}_{rec_path.parent.name}_turn{turn}"
+        path = out / f"{PREFIX}{case}.json"
+        old = json.loads(path.read_text()) if path.exists() else None
+        path.write_text(json.dumps(fixture(case, body, rec["response"], old), indent=1, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alias", default="qwen2.5-coder-1.5b")
     p.add_argument("--max_tokens", type=int, default=512)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--from", dest="runs", type=Path, help="no requests: make cases of what bench.real_model "
+                   "--record kept in this folder")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
+    if a.runs:
+        a.out.mkdir(parents=True, exist_ok=True)
+        for path in from_runs(a.runs, a.out):
+            print(path)
+        return 0
     wanted = cases()
     if a.cases:
         unknown = set(a.cases) - set(wanted)

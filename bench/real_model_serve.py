@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--log", type=Path, default=None)
     a = p.parse_args(argv)
+    # SIGTERM ends it like Ctrl-C, so the server below is stopped too (not left orphaned)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with serve(a.mode, model=a.model, python=a.python, port=a.port, n_ctx=a.n_ctx, threads=a.threads,
                log=a.log) as base_url:
         print(base_url, flush=True)
