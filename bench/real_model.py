@@ -102,6 +102,8 @@ def run_command(a: argparse.Namespace, base_url: str, parser: str, run_name: str
            f"--run_name={run_name}", f"--base_url={base_url}", f"--model={a.alias}", "--api_key=none",
            "--distribution=terminal_only", f"--max_turns={a.max_turns}", f"--num_workers={a.num_workers}",
            f"--max_tokens={a.max_tokens}", "--keep_unreasoned", f"--output_dir={out_dir}", "--seed=1"]
+    if a.max_samples:
+        cmd.append(f"--max_samples={a.max_samples}")
     if parser != "default":
         cmd.append(f"--tool_call_parser={parser}")
     return cmd
@@ -208,6 +210,29 @@ def one_run(a: argparse.Namespace, base_url: str, mode: str, parser: str, scratc
     return result
 
 
+def render(result: dict[str, Any]) -> str:
+    """The results as the markdown table of bench/REPORT.md's "Real model (issue #44)" section."""
+    rows = ["| server mode | --tool_call_parser | checks passed | prompts that acted | tool calls (by how they arrived) "
+            "| calls / prompt | no-tool-use warning | statuses | wall s | prompts/s | completion tok/s (wall) "
+            "| server gen tok/s |", "|" + "---|" * 12]
+    for r in result["runs"]:
+        by = ", ".join(f"{n} {k}" for k, n in sorted(r["tool_calls_by_format"].items())) or "none"
+        rows.append(f"| {r['mode']} | {r['parser']} | {r['checks_passed']}/{r['prompts']} | {r['prompts_acted']}/{r['prompts']} "
+                    f"| {r['tool_calls']} ({by}) | {r['tool_calls_per_prompt']} | {'yes' if r['no_tool_use_warning'] else 'no'} "
+                    f"| {', '.join(f'{n} {k}' for k, n in r['statuses'].items())} | {r['wall_seconds']} | {r['prompts_per_s']} "
+                    f"| {r['completion_tokens_per_wall_s']} | {r['server'].get('generation_tokens_per_s') or 'n/a'} |")
+    per_task = ["", "| task | " + " | ".join(f"{r['mode']}/{r['parser']}: check, calls" for r in result["runs"]) + " |",
+                "|---|" + "---|" * len(result["runs"])]
+    tasks = [p["task"] for p in result["runs"][0]["per_prompt"]] if result["runs"] else []
+    for i, t in enumerate(tasks):
+        cells = []
+        for r in result["runs"]:
+            pp = r["per_prompt"][i] if i < len(r["per_prompt"]) else {}
+            cells.append(f"{'pass' if pp.get('check_passed') else 'fail'}, {pp.get('tool_calls', '?')}")
+        per_task.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(rows + per_task)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.real_model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", type=Path, default=real_model_serve.DEFAULT_PYTHON)
     p.add_argument("--alias", default="qwen2.5-coder-1.5b")
     p.add_argument("--max_turns", type=int, default=6)
+    p.add_argument("--max_samples", type=int, default=None, help="only the first N tasks")
     p.add_argument("--max_tokens", type=int, default=512)
     p.add_argument("--num_workers", type=int, default=2)
     p.add_argument("--batch_size", type=int, default=4)
@@ -231,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(for bench.real_model_record --from)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (runs, stdout, server log)")
+    p.add_argument("--render", type=Path, help="print this results file as markdown and exit")
     a = p.parse_args(argv)
+    if a.render:
+        print(render(json.loads(a.render.read_text())))
+        return 0
     tasks = [json.loads(line) for line in a.tasks.read_text().splitlines() if line.strip()]
     scratch = Path(tempfile.mkdtemp(prefix="hermes-real-model-"))
     runs = []
@@ -264,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": str(a.tasks.relative_to(REPO)) if a.tasks.is_relative_to(REPO) else str(a.tasks),
         "command": "python -m bench.real_model " + " ".join(argv if argv is not None else sys.argv[1:]),
         "flags": {"distribution": "terminal_only", "max_turns": a.max_turns, "max_tokens": a.max_tokens,
-                  "num_workers": a.num_workers, "batch_size": a.batch_size, "keep_unreasoned": True},
+                  "num_workers": a.num_workers, "max_samples": a.max_samples, "batch_size": a.batch_size, "keep_unreasoned": True},
         "machine": f"{os.cpu_count()} cores (shared with other work: timings are noisy)",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": runs,
