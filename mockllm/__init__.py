@@ -74,6 +74,11 @@ Reasoning (``--reasoning``): ``field`` (default) sends it in both ``message.reas
 ``scratchpad`` as ``<REASONING_SCRATCHPAD>...</REASONING_SCRATCHPAD>`` in the content; ``none``
 drops it.
 
+Tool calls (``--tool-calls``): ``native`` (default) in ``message.tool_calls``; ``hermes``, ``json``,
+``llama``, ``mistral`` or ``qwen3_coder`` written as text in the content in that model family's
+format, after the turn's own text, as a server without a tool parser returns them; ``never``: prose
+saying what it would do, no call (mockllm.textcalls).
+
 Errors on demand: ``--fail-first N`` fails the first N requests of each conversation (keyed by
 ``u``); ``--error-rate P`` fails a seeded random share of requests. Both answer
 ``--error-status`` (429, 500 or 503) with an OpenAI error body ``{"error": {"message", "type",

@@ -168,6 +168,10 @@ def _marked_json(inner: str, fmt: str) -> list[TextCall]:
 def _qwen3_coder_call(name: str, body: str, tools: dict[str, dict]) -> TextCall:
     """`<function=NAME><parameter=K>value</parameter>...</function>`: each value a string unless the
     tool's schema says otherwise, then read as JSON (as vLLM's qwen3_coder parser does)."""
+    if "<parameter=" not in body and body.strip().startswith("{"):  # JSON arguments inside the XML tags
+        values = _objects(body.strip())
+        if values and len(values) == 1 and isinstance(values[0], dict):
+            return TextCall(name, encode_arguments(values[0]), "qwen3_coder")
     props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
     args: dict[str, Any] = {}
     for key, raw in _QWEN_PARAMETER.findall(body):
@@ -318,7 +322,7 @@ def recover(text: str, tools: list[dict[str, Any]], parser: str = "auto") -> Rec
     if parser not in PARSERS:
         raise ValueError(f"tool_call_parser must be one of {', '.join(PARSERS)}, not {parser!r}")
     finders = FINDERS.get(parser)
-    if not finders or not text or not tools:
+    if not finders or not text or not tools or not _may_hold_calls(text):
         return None
     offered = {fn["name"]: fn for fn in (_function(t) for t in tools) if isinstance(fn.get("name"), str)}
     thinking = [m.span() for m in _THINK.finditer(text)]
@@ -340,6 +344,16 @@ def recover(text: str, tools: list[dict[str, Any]], parser: str = "auto") -> Rec
     prose.append(text[at:])
     content = "\n".join(p.strip() for p in prose if p.strip())
     return Recovered(content=content, calls=[c for _, _, calls in spans for c in calls])
+
+
+#: what any call written as text holds: a marker, a fence, or (a whole answer of JSON) a leading { or [
+_MARKS = ("<tool_call>", "<tools>", "<function=", _MISTRAL, _PYTHON_TAG, "```")
+
+
+def _may_hold_calls(text: str) -> bool:
+    """Whether `text` is worth the finders: most answers are prose, told apart here by substring
+    searches instead of a pass of every finder's pattern over them."""
+    return text.lstrip()[:1] in ("{", "[") or any(mark in text for mark in _MARKS)
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

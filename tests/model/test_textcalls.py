@@ -124,6 +124,8 @@ def _recovered(text: str, parser: str = "auto"):
     ('<tool_call>\n<function=write_file>\n<parameter=path>\nx.txt\n</parameter>\n<parameter=content>\nline 1\nline 2\n\n'
      '</parameter>\n</function>\n</tool_call>', "qwen3_coder",
      ("", [("write_file", {"path": "x.txt", "content": "line 1\nline 2\n"}, "qwen3_coder")])),
+    ('<tool_call>\n<function=terminal>\n{"command": "ls"}\n</function>\n</tool_call>', "auto",
+     ("", [("terminal", {"command": "ls"}, "qwen3_coder")])),  # JSON arguments inside the XML tags
     # a whole answer of call-shaped JSON naming an offered tool (auto)
     ('{"name": "read_file", "arguments": {"path": "a"}}', "auto", ("", [("read_file", {"path": "a"}, "json")])),
     # OpenAI's own shape written as text

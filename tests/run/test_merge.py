@@ -19,6 +19,7 @@ from hermes.run import rundir
 from hermes.data.dataset import load_rows
 from hermes.data.failures import group
 from hermes.run.merge import merge, retry_stats
+from hermes.run.tool_use import aggregate_tool_use
 from mockllm import MockLLM
 from hermes.run.runner import RunContext, run_batch
 from hermes.settings import RunSettings
@@ -42,6 +43,7 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
     """The merge before it used the index: every line decoded, a Python set of keys (the oracle)."""
     done, last_failure, counts, usage = set(), {}, Counter(), Counter()
     tools, reasoning, api_calls, out, aux, attempts = {}, {}, 0, [], {}, []
+    acted: dict = {}
     for _, path in journal.batch_files(run_path):
         for entry in journal.read(path):
             meta = entry.get("hermes") or {}
@@ -58,6 +60,11 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
             if key in done:
                 continue
             done.add(key)
+            if entry.get("toolsets_used"):  # every prompt that ran counts towards tool use, kept or not
+                acted["offered"] = acted.get("offered", 0) + 1
+                acted["never"] = acted.get("never", 0) + bool(meta.get("no_tool_use"))
+            for fmt, n in (meta.get("tool_calls_by_format") or {}).items():
+                acted.setdefault("calls", {})[fmt] = acted.get("calls", {}).get(fmt, 0) + n
             if status not in ("completed", "partial"):
                 counts["discarded_no_reasoning"] += 1
                 continue
@@ -91,6 +98,7 @@ def old_merge(run_path: Path) -> tuple[str, dict]:
         "api_calls": api_calls,
         "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
         "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(aux.items())},
+        "tool_use": aggregate_tool_use(acted),  # since: tool calls by how they arrived (hermes.run.tool_use)
     }
     return "".join(out), stats
 
