@@ -212,25 +212,49 @@ def one_run(a: argparse.Namespace, base_url: str, mode: str, parser: str, scratc
 
 def render(result: dict[str, Any]) -> str:
     """The results as the markdown table of bench/REPORT.md's "Real model (issue #44)" section."""
-    rows = ["| server mode | --tool_call_parser | checks passed | prompts that acted | tool calls (by how they arrived) "
+    rows = ["| tasks | server mode | --tool_call_parser | checks passed | prompts that acted | tool calls (by how they arrived) "
             "| calls / prompt | no-tool-use warning | statuses | wall s | prompts/s | completion tok/s (wall) "
-            "| server gen tok/s |", "|" + "---|" * 12]
+            "| server gen tok/s |", "|" + "---|" * 13]
     for r in result["runs"]:
         by = ", ".join(f"{n} {k}" for k, n in sorted(r["tool_calls_by_format"].items())) or "none"
-        rows.append(f"| {r['mode']} | {r['parser']} | {r['checks_passed']}/{r['prompts']} | {r['prompts_acted']}/{r['prompts']} "
+        rows.append(f"| {Path(r.get('tasks') or result.get('tasks', '')).name} | {r['mode']} | {r['parser']} | {r['checks_passed']}/{r['prompts']} | {r['prompts_acted']}/{r['prompts']} "
                     f"| {r['tool_calls']} ({by}) | {r['tool_calls_per_prompt']} | {'yes' if r['no_tool_use_warning'] else 'no'} "
                     f"| {', '.join(f'{n} {k}' for k, n in r['statuses'].items())} | {r['wall_seconds']} | {r['prompts_per_s']} "
                     f"| {r['completion_tokens_per_wall_s']} | {r['server'].get('generation_tokens_per_s') or 'n/a'} |")
-    per_task = ["", "| task | " + " | ".join(f"{r['mode']}/{r['parser']}: check, calls" for r in result["runs"]) + " |",
-                "|---|" + "---|" * len(result["runs"])]
-    tasks = [p["task"] for p in result["runs"][0]["per_prompt"]] if result["runs"] else []
-    for i, t in enumerate(tasks):
-        cells = []
-        for r in result["runs"]:
-            pp = r["per_prompt"][i] if i < len(r["per_prompt"]) else {}
-            cells.append(f"{'pass' if pp.get('check_passed') else 'fail'}, {pp.get('tool_calls', '?')}")
-        per_task.append(f"| {t} | " + " | ".join(cells) + " |")
-    return "\n".join(rows + per_task)
+    totals = ["", "| --tool_call_parser | tasks | checks passed | prompts that acted | tool calls (by how they arrived) |",
+              "|---|---|---|---|---|"]
+    for parser, t in (result.get("by_parser") or {}).items():
+        by = ", ".join(f"{n} {k}" for k, n in sorted(t["tool_calls_by_format"].items())) or "none"
+        totals.append(f"| {parser} | {t['prompts']} | {t['checks_passed']}/{t['prompts']} | {t['prompts_acted']}/{t['prompts']} "
+                      f"| {t['tool_calls']} ({by}) |")
+    parsers = sorted({r["parser"] for r in result["runs"]})
+    cells: dict[str, dict[str, str]] = {}
+    for r in result["runs"]:
+        for pp in r["per_prompt"]:
+            calls = ", ".join(f"{n} {k}" for k, n in sorted(pp["tool_calls_by_format"].items())) or "0"
+            cells.setdefault(pp["task"], {})[r["parser"]] = f"{'pass' if pp['check_passed'] else 'fail'}; {calls}"
+    per_task = ["", "| task | " + " | ".join(f"{p}: check; calls" for p in parsers) + " |", "|---|" + "---|" * len(parsers)]
+    per_task += [f"| {task} | " + " | ".join(c.get(p, "") for p in parsers) + " |" for task, c in cells.items()]
+    if len(totals) == 3:
+        totals = []
+    return "\n".join(rows + totals + per_task)
+
+
+def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several invocations' results (the task set run in halves, say) as one: their runs, and totals per parser."""
+    result = {k: v for k, v in parts[0].items() if k not in ("runs", "command", "tasks")}
+    result["commands"] = [p["command"] for p in parts]
+    result["runs"] = [dict(r, tasks=p["tasks"]) for p in parts for r in p["runs"]]
+    by_parser: dict[str, dict[str, Any]] = {}
+    for r in result["runs"]:
+        t = by_parser.setdefault(r["parser"], {"prompts": 0, "checks_passed": 0, "prompts_acted": 0, "tool_calls": 0,
+                                               "tool_calls_by_format": {}, "completion_tokens": 0, "wall_seconds": 0.0})
+        for k in ("prompts", "checks_passed", "prompts_acted", "tool_calls", "completion_tokens", "wall_seconds"):
+            t[k] += r[k]
+        for fmt, n in r["tool_calls_by_format"].items():
+            t["tool_calls_by_format"][fmt] = t["tool_calls_by_format"].get(fmt, 0) + n
+    result["by_parser"] = by_parser
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (runs, stdout, server log)")
     p.add_argument("--render", type=Path, help="print this results file as markdown and exit")
+    p.add_argument("--combine", type=Path, nargs="+", help="write these results files as one (--out) and exit")
     a = p.parse_args(argv)
+    if a.combine:
+        a.out.write_text(json.dumps(combine([json.loads(f.read_text()) for f in a.combine]), indent=1) + "\n")
+        log(f"wrote {a.out}")
+        return 0
     if a.render:
         print(render(json.loads(a.render.read_text())))
         return 0
