@@ -197,10 +197,11 @@ class RunSettings(AgentSettings):
     output_dir: str = Field("data", description="parent folder of run folders")
     # -- tool use (hermes.run.tool_use): a run whose agents never acted does not pass for a good one --
     max_no_tool_use_share: float = Field(
-        1.0, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of the "
+        0.9, ge=0, le=1, description="the run ends Failed (outputs still written) when more than this share of the "
         "prompts offered tools never called one (a server without a tool parser, a model that does not call "
-        "tools), e.g. 0.9 for agentic datasets. Past half, the summary, the Prefect report's verdict and the log "
-        "warn loudly whatever this is; 1 (default): warn only (a question-answering dataset that merely offers tools)")
+        "tools); the default 0.9 fails a run where nearly every agent only talked. Past half, the summary, the "
+        "Prefect report's verdict and the log warn loudly whatever this is; 1: warn only (a question-answering "
+        "dataset that merely offers tools)")
 
     # --- publishing while the run goes (issue 48; hermes/run/publish.py). No credentials here: the
     # URL is refused when it carries any; they come from the worker's environment.
