@@ -169,7 +169,8 @@ def test_num_workers_bounds_prompts_in_flight_across_batches(tmp_path, run_setti
     from flows.batch import batch_run
 
     rows = [{"prompt": f"slow {i} " + script({"sleep": 1.0, "reasoning": "r", "content": "ok"})} for i in range(9)]
-    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "bounded", batch_size=2, num_workers=3)
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), "bounded", batch_size=2, num_workers=3,
+                            max_no_tool_use_share=1)  # prose-only answers: questions that merely offer tools
     stats = batch_run(settings=settings)
     assert stats["trajectories_written"] == 9
     # What the server saw: never more than three prompts' calls at once, though batches are of two
@@ -213,7 +214,8 @@ def test_a_concurrency_limit_on_the_runs_tag_holds_its_batches_to_it(tmp_path, r
 
     name = unique_run("limited")
     rows = [{"prompt": f"slow {i} " + script({"sleep": 1.0, "reasoning": "r", "content": "ok"})} for i in range(6)]
-    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), name, batch_size=2, num_workers=6)
+    settings = run_settings(write_dataset(tmp_path / "p.jsonl", rows), name, batch_size=2, num_workers=6,
+                            max_no_tool_use_share=1)  # prose-only answers: questions that merely offer tools
     with get_client(sync_client=True) as client:
         client.create_concurrency_limit(tag=f"run:{name}", concurrency_limit=1)
     try:
