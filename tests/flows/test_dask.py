@@ -67,7 +67,8 @@ def journal_lines(run_dir: Path) -> list[dict]:
 def settings_for(tmp_path: Path, dataset: Path, run_name: str, server: MockLLM, address: str, **kw) -> RunSettings:
     return RunSettings(dataset_file=str(dataset), run_name=run_name, output_dir=str(tmp_path / "data"),
                        base_url=server.base_url, model="mock-model", dask_address=address,
-                       **{"batch_size": 3, "num_workers": 2, **kw})
+                       **{"batch_size": 3, "num_workers": 2,
+                          "max_no_tool_use_share": 1, **kw})  # prose answers: questions that merely offer tools
 
 
 @pytest.mark.usefixtures("prefect_harness")

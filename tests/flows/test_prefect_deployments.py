@@ -364,7 +364,8 @@ def test_the_dask_deployment_runs_the_batches_on_the_cluster_its_job_variable_na
     assert dask.job_variables["env"]["HERMES_DASK_ADDRESS"].startswith("tcp://")
     prompts = [f"on dask {i} " + script({"reasoning": "r", "content": f"a {i}"}) for i in range(6)]
     settings = stack.settings(write_dataset(tmp_path / "dask.jsonl", [{"prompt": p} for p in prompts]), ON_DASK,
-                              distribution="terminal_only", sandbox={"backend": "local"})
+                              distribution="terminal_only", sandbox={"backend": "local"},
+                              max_no_tool_use_share=1)  # prose answers: questions that merely offer tools
     # The workers read the model key from their own environment: it never crosses from the flow.
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   worker_dashboard_address=None, env={"HERMES_API_KEY": "from-dask-worker"}) as cluster:
@@ -398,7 +399,8 @@ def test_the_slurm_deployment_runs_the_batches_on_slurm_jobs_and_leaves_none(sta
     prompts = [f"on slurm {i} " + script({"reasoning": "r", "content": f"a {i}"}) for i in range(6)]
     # the shipped Slurm settings, with a scheduler on loopback and jobs sized for this one machine
     settings = {**shipped, **stack.settings(write_dataset(tmp_path / "slurm.jsonl", [{"prompt": p} for p in prompts]),
-                                            ON_SLURM, distribution="terminal_only", sandbox={"backend": "local"}),
+                                            ON_SLURM, distribution="terminal_only", sandbox={"backend": "local"},
+                                            max_no_tool_use_share=1),  # prose answers: questions that merely offer tools
                 "slurm_scheduler_host": "127.0.0.1", "slurm_memory": "2GB", "slurm_cores": 2, "slurm_max_jobs": 2}
     run = stack.wait_final(stack.run_deployment("batch-run/slurm", "--params", json.dumps({"settings": settings})))
     assert run.state.type.value == "COMPLETED", run.state.message

@@ -41,7 +41,8 @@ def settings_for(tmp_path: Path, dataset: Path, run_name: str, server: MockLLM, 
     return RunSettings(dataset_file=str(dataset), run_name=run_name, output_dir=str(tmp_path / "data"),
                        base_url=server.base_url, model="mock-model", distribution="terminal_only",
                        cluster="slurm", slurm_scheduler_host="127.0.0.1", slurm_cores=2, slurm_memory="2GB",
-                       slurm_walltime="00:15:00", **{"batch_size": 3, "num_workers": 2, "slurm_max_jobs": 2, **kw})
+                       slurm_walltime="00:15:00", **{"batch_size": 3, "num_workers": 2, "slurm_max_jobs": 2,
+                          "max_no_tool_use_share": 1, **kw})  # prose answers: questions that merely offer tools
 
 
 def run_jobs(run_name: str) -> list[slurm_jobs.Job]:

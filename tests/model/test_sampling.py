@@ -23,7 +23,8 @@ def settings(tmp_path, base_url: str, run_name: str, *flags: str):
     args = run_parser("hermes-batch run").parse_args([
         f"--dataset_file={write_dataset(tmp_path / 'd.jsonl', rows)}", "--batch_size=2", f"--run_name={run_name}",
         f"--output_dir={tmp_path / 'data'}", f"--base_url={base_url}", "--model=open-model", "--num_workers=2",
-        "--distribution=terminal_only", "--sandbox_backend=local", "--sandbox_prefetch=false", *flags])
+        "--distribution=terminal_only", "--sandbox_backend=local", "--sandbox_prefetch=false",
+        "--max_no_tool_use_share=1", *flags])  # prose answers: questions that merely offer tools
     return settings_from_args(args)
 
 

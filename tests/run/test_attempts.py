@@ -27,7 +27,8 @@ def test_three_attempts_per_row_pass_at_k_and_a_resume_completes_only_the_missin
     def run(attempts: int, resume: bool = False) -> dict:
         return direct.run(RunSettings(dataset_file=str(dataset), run_name="att", output_dir=str(tmp_path / "data"),
                                       base_url=mock_llm.base_url, model="mock-model", batch_size=2, num_workers=2,
-                                      attempts=attempts, resume=resume, sandbox=SandboxSettings()))
+                                      attempts=attempts, resume=resume, sandbox=SandboxSettings(),
+                                      max_no_tool_use_share=1))  # prose answers: questions that merely offer tools
 
     run(2)
     stats = run(3, resume=True)  # the third attempt of each row, nothing more

@@ -24,7 +24,8 @@ def settings(tmp_path, base_url: str, **kw) -> RunSettings:
     return RunSettings(**{"dataset_file": str(write_dataset(tmp_path / "d.jsonl", rows)), "run_name": "ep",
                           "output_dir": str(tmp_path / "data"), "base_url": base_url, "model": MODEL,
                           "batch_size": 2, "num_workers": 1, "distribution": "terminal_only",
-                          "sandbox": {"backend": "local", "prefetch": False}, **kw})
+                          "sandbox": {"backend": "local", "prefetch": False},
+                          "max_no_tool_use_share": 1, **kw})  # prose answers: questions that merely offer tools
 
 
 def listing(method, path, body):

@@ -77,7 +77,7 @@ def test_a_direct_run_over_two_worker_processes(tmp_path, docker_engine, sandbox
             [sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={tmp_path / 'd.jsonl'}", "--batch_size=2",
              f"--run_name={name}", f"--base_url={server.base_url}", "--model=mock-model", "--num_workers=4",
              "--worker_processes=2", "--distribution=terminal_only", "--sandbox_prefetch=false", "--engine=direct",
-             "--verbose"],
+             "--verbose", "--max_no_tool_use_share=1"],  # 17 of 18 answer in prose
             cwd=tmp_path, capture_output=True, text=True, timeout=600)
         peak = server.stats()["max_in_flight"]
     assert done.returncode == 0, done.stderr[-3000:]
@@ -100,7 +100,8 @@ def test_a_prefect_run_over_two_worker_processes(tmp_path, docker_engine, sandbo
     with MockLLM(latency=0.2) as server:
         stats = batch_run(settings=settings_of(tmp_path, name, base_url=server.base_url, model="mock-model",
                                                num_workers=4, worker_processes=2, distribution="terminal_only",
-                                               sandbox=SandboxSettings(prefetch=False)))
+                                               sandbox=SandboxSettings(prefetch=False),
+                                               max_no_tool_use_share=1))  # 17 of 18 answer in prose
         peak = server.stats()["max_in_flight"]
     assert stats["trajectories_written"] == 18 and stats["prompts_failed"] == 0
     check_outputs(tmp_path / "data" / name, sent, peak, 4)
