@@ -75,6 +75,7 @@ def run_cmd(dataset: Path, run_name: str, base_url: str, url: str, *extra: str) 
             f"--run_name={run_name}", f"--base_url={base_url}", "--model=mock", "--num_workers=4",
             "--engine=direct", "--distribution=terminal_only", "--sandbox_backend=local",
             "--sandbox_prefetch=false", "--max_retries=0", "--max_failed_share=1", "--resume",
+            "--max_no_tool_use_share=1",  # most rows answer in prose: questions that merely offer tools
             f"--publish={url}", "--publish_every=4,1s", *extra]
 
 
