@@ -98,7 +98,9 @@ def _responses(entry: dict) -> list[dict]:
 def test_an_explicit_parser_reads_its_format(tmp_path, sandbox_image):
     settings, stats = run(tmp_path, "mistral", PROMPTS[1:2], sandbox_image, tool_call_parser="mistral")
     assert stats["tool_use"]["calls_by_format"] == {"mistral": 1}
-    settings, stats = run(tmp_path, "hermes", PROMPTS[1:2], sandbox_image, tool_call_parser="native")
+    with pytest.raises(AgentsNeverActed) as raised:  # native reads no text calls: the one agent never acted
+        run(tmp_path, "hermes", PROMPTS[1:2], sandbox_image, tool_call_parser="native")
+    stats = raised.value.stats
     assert stats["tool_use"]["calls_by_format"] == {} and stats["tool_use"]["prompts_no_tool_use"] == 1
 
 
@@ -107,10 +109,11 @@ NEVER = [f"Task {i}: list the files. " + script({"reasoning": "r", "tool_calls":
 
 
 @pytest.mark.usefixtures("docker_engine")
-def test_a_run_whose_agents_never_acted_can_end_failed(tmp_path, sandbox_image):
+def test_a_run_whose_agents_never_acted_ends_failed_by_default(tmp_path, sandbox_image):
     with pytest.raises(AgentsNeverActed) as raised:
-        run(tmp_path, "never", NEVER, sandbox_image, max_no_tool_use_share=0.5)
+        run(tmp_path, "never", NEVER, sandbox_image)  # the default max_no_tool_use_share, 0.9
     assert "3 of 3 prompts offered tools never called one" in str(raised.value)
+    assert "max_no_tool_use_share=0.9" in str(raised.value)
     assert raised.value.stats["tool_use"]["prompts_acted"] == 0  # outputs written, statistics with them
 
 
@@ -127,7 +130,8 @@ def test_a_run_whose_agents_never_acted_says_so_everywhere(tmp_path, sandbox_ima
     with MockLLM(tool_calls="never") as llm:
         settings = RunSettings(dataset_file=str(dataset), run_name=name, output_dir=str(tmp_path / "data"),
                                base_url=llm.base_url, model="mock-model", batch_size=2, num_workers=3,
-                               distribution="terminal_only")
+                               distribution="terminal_only",
+                               max_no_tool_use_share=1)  # warn only: a dataset of questions that merely offer tools
         stats = batch_run(settings=settings)
 
     written = json.loads((Path(settings.output_dir) / name / "statistics.json").read_text())
