@@ -131,12 +131,27 @@ class Reader(threading.Thread):
                 self.missing.append(str(e))
                 continue
             except Exception as e:  # noqa: BLE001
-                self.problems.append(f"load_dataset failed mid-run: {e!r}")
+                gone = _vanished(e)  # datasets wraps a shard gone mid-read (the same window) in its own error
+                if gone is not None:
+                    self.missing.append(gone)
+                else:
+                    self.problems.append(f"load_dataset failed mid-run: {e!r}")
                 continue
             seen = set(ds["prompt_index"])
             if self.loads and not self.loads[-1] <= seen:
                 self.problems.append(f"the dataset shrank: {sorted(self.loads[-1] - seen)} gone")
             self.loads.append(seen)
+
+
+def _vanished(error: BaseException) -> str | None:
+    """The file of a FileNotFoundError behind `error` (its cause or context chain), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, FileNotFoundError):
+            return str(error.filename or error)
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def normal(value):
