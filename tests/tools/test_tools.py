@@ -322,8 +322,13 @@ def test_background_kill_reaches_children(sb):
     started = call(sb, "terminal", command=f"sh -c 'sleep 3719; echo {marker}' ; echo after", background=True)
     pid = started["process_id"]
 
+    # Filtered where it runs: the local variant's ps lists every process of the host, and on a busy
+    # host that listing passes the output cap, whose cut can hide the very line looked for.
+    # ([s]leep, [h]ermes: grep's own command line does not match itself.)
+    pattern = f"-e '[s]leep 3719' -e '[h]{marker[1:]}'"
+
     def ps() -> str:
-        return sb.exec("ps -o pid,args 2>/dev/null || ps").output
+        return sb.exec(f"(ps -o pid,args 2>/dev/null || ps) | grep {pattern} || true").output
 
     # A whole-word match: the local variant's ps lists the host's processes too (a `sleep 370` there is not ours).
     until(lambda: re.search(r"\bsleep 3719\b", ps()), "the grandchild sleep to start", timeout=30)
