@@ -139,14 +139,14 @@ class AttemptPolicy:
         return {"flying": flying, "max_tries": self.max_tries or 2 ** 62,
                 "k": self.k, "m": self.m, "p": self.p}
 
-    def next_attempts(self, con, flying: list[str], limit: int) -> list[tuple[int, str]]:
+    def next_attempts(self, index, flying: list[str], limit: int) -> list[tuple[int, str]]:
         """(row index, key) of up to `limit` attempts to start now, in hand-out order (the module's doc).
 
-        con: the run's index (its dataset, outcomes and handed tables); flying: keys handed out and
+        index: the run's RunIndex (its dataset, outcomes and handed tables); flying: keys handed out and
         not landed."""
         if self.budget is not None:
-            spent = con.execute("SELECT count(*) FROM (SELECT key FROM outcomes WHERE key IS NOT NULL "
-                                "UNION SELECT key FROM handed)").fetchone()[0]
+            spent = index.query("SELECT count(*) FROM (SELECT key FROM outcomes WHERE key IS NOT NULL "
+                                "UNION SELECT key FROM handed)")[0][0]
             limit = min(limit, self.budget - spent)
         if limit <= 0:
             return []
@@ -156,13 +156,15 @@ class AttemptPolicy:
                            ({POLICIES[self.name]["new"]}) AS new
                     FROM a JOIN t USING (idx) WHERE NOT (a.settled OR a.flying OR a.parked))
             SELECT idx, key FROM c WHERE rank <= new
-            ORDER BY passes > 0, started + rank, idx LIMIT $limit"""
-        return con.execute(sql, {**self._params(flying), "limit": limit}).fetchall()
+            ORDER BY passes > 0, started + rank, idx"""
+        # the first `limit` rows read off the sorted result: DuckDB's top-N (ORDER BY .. LIMIT) asked for
+        # more than the run index's 16 MB cap however few the rows (1.4.x), a sort spills instead
+        return index.query(sql, self._params(flying), limit=limit)
 
-    def to_stop(self, con, flying: list[str]) -> list[str]:
+    def to_stop(self, index, flying: list[str]) -> list[str]:
         """Keys in flight whose task the policy has decided (a sibling passed under first_pass)."""
         stops = POLICIES[self.name]["stops"]
         if not stops or not flying:
             return []
         sql = _STATE + f"SELECT a.key FROM a JOIN t USING (idx) WHERE a.flying AND ({stops}) ORDER BY a.rid"
-        return [k for (k,) in con.execute(sql, self._params(flying)).fetchall()]
+        return [k for (k,) in index.query(sql, self._params(flying))]

@@ -88,10 +88,10 @@ class PolicyPlan:
         """Read what landed, stop what a pass made moot, and ask the policy for the attempts to start."""
         self.refresh()  # the index holds every landed batch's lines
         flying = self.flying()
-        if self.stop and (moot := [k for k in self.policy.to_stop(self.index.con, flying)
+        if self.stop and (moot := [k for k in self.policy.to_stop(self.index, flying)
                                    if k not in self._stopped]):
             self._stopped.update(moot)
             log.info("attempt policy: stopping %d attempt(s) in flight whose task already passed", len(moot))
             self.stop(moot)
-        self._buffer = self.policy.next_attempts(self.index.con, flying, self.lookahead)
+        self._buffer = self.policy.next_attempts(self.index, flying, self.lookahead)
         self._stale = False
