@@ -29,7 +29,12 @@ def summary_lines(stats: dict[str, Any]) -> list[str]:
     done = stats.get("prompts_completed", 0) + stats.get("prompts_partial", 0)
     total = stats.get("total_prompts", 0)
     failed, discarded = stats.get("prompts_failed", 0), stats.get("discarded_no_reasoning", 0)
-    lines = [f"Run {stats.get('run_name')}: {done} of {total} prompts done"
+    policy = stats.get("attempt_policy") or {}
+    if policy.get("policy", "all") != "all" or policy.get("budget"):  # the policy ran what it wanted of them
+        of = f"{done} prompts done (of up to {total} under --attempt_policy {policy['policy']})"
+    else:
+        of = f"{done} of {total} prompts done"
+    lines = [f"Run {stats.get('run_name')}: {of}"
              + (f" ({stats.get('prompts_partial', 0)} stopped at max_turns)" if stats.get("prompts_partial") else "")
              + f", {failed} failed, {discarded} discarded (no reasoning)"]
     usage = stats.get("usage") or {}
