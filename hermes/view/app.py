@@ -98,10 +98,12 @@ def create_app(run_dir: Path | list[Path], index: ViewIndex | None = None) -> Fa
             idx = pick(run)
             lines = [(None, idx, row) for row in compare.task_lines(idx, task)]
         elif entries is not None:
-            try:
-                wanted = [int(e) for e in entries.split(",") if e.strip()]
+            try:  # prompt indexes, each optionally with its attempt: entries=3,7:2 (7:2, the 2nd attempt of 7)
+                wanted = [(int(e.split(":")[0]), int(e.split(":")[1]) if ":" in e else None)
+                          for e in entries.split(",") if e.strip()]
             except ValueError:
-                raise HTTPException(422, "entries is a list of prompt indexes: entries=3,7,9") from None
+                raise HTTPException(422, "entries lists prompt indexes, each with its attempt or not: "
+                                         "entries=3,7:2") from None
             idx = pick(run)
             lines = [(None, idx, row) for row in compare.entry_lines(idx, wanted)]
         else:

@@ -24,13 +24,14 @@ def task_lines(index: ViewIndex, task: str) -> list[tuple]:
                            SELECT {_COLS} FROM trials JOIN entries USING (pos) ORDER BY trial, pos""", [task])
 
 
-def entry_lines(index: ViewIndex, prompt_indexes: list[int]) -> list[tuple]:
-    """Each named entry's line as its entry page shows it: its first line that did not fail, else its last."""
+def entry_lines(index: ViewIndex, wanted: list[tuple[int, int | None]]) -> list[tuple]:
+    """The named entries' lines, in the order named: (prompt_index, attempt) is that attempt's line
+    (its first that did not fail, else its last); (prompt_index, None) each attempt of that prompt."""
     index.refresh()
     found = index.query(f"""WITH {TRIALS.format(where='WHERE list_contains(?, prompt_index)')}
-                            SELECT {_COLS} FROM trials JOIN entries USING (pos)""", [prompt_indexes])
-    by_index = {r[1]: r for r in found}
-    return [by_index[i] for i in prompt_indexes if i in by_index]
+                            SELECT {_COLS} FROM trials JOIN entries USING (pos) ORDER BY trial, pos""",
+                        [sorted({pi for pi, _ in wanted})])
+    return [r for pi, trial in wanted for r in found if r[1] == pi and trial in (None, r[3])]
 
 
 def compare(lines: list[tuple[str | None, ViewIndex, tuple]], ref: int = 0) -> dict[str, Any]:
