@@ -24,7 +24,7 @@ from hermes.settings import RunSettings
 from tests.helpers import write_dataset
 from tests.view.test_viewer import ROOT, browser, page, shown  # noqa: F401 (fixtures)
 
-CHECK = "grep -q ok out.txt"
+CHECK = 'grep -q ok out.txt && echo "PASS: out.txt says ok" || { echo "FAIL: out.txt says $(cat out.txt)"; exit 1; }'
 
 
 def sh(command: str) -> dict:
@@ -201,7 +201,8 @@ def test_three_attempts_side_by_side_marked_where_they_diverge(runs, page):
     diff_button.click()
     diff = page.locator("[data-testid=result-diff]").first.inner_text()
     assert diff.count("\n- ") + diff.startswith("- ") >= 1 and "+ " in diff
-    assert "exit" in verdicts[0]  # each column headed by its verdict, reward and the check's exit
+    assert "exit" in verdicts[0]  # each column headed by its verdict, reward, the check's exit and output
+    assert "FAIL: out.txt says no" in heads.nth(failed_col).locator("[data-testid=reward-tail]").inner_text()
     snap(page, tmp, "compare_three")
     # compare?entries=: any two entries; the two that share two turns diverge on the third
     ids = [h.get_attribute("data-entry") for h in heads.all()]  # prompt_index:attempt

@@ -152,8 +152,8 @@ function lineDiff(a, b) {
   let i = 0, j = 0;
   while (i < n || j < m) {
     if (i < n && j < m && x[i] === y[j]) { out.push(["same", x[i]]); i++; j++; }
-    else if (j < m && (i >= n || L[i][j + 1] >= L[i + 1][j])) { out.push(["add", y[j]]); j++; }
-    else { out.push(["del", x[i]]); i++; }
+    else if (i < n && (j >= m || L[i + 1][j] >= L[i][j + 1])) { out.push(["del", x[i]]); i++; }
+    else { out.push(["add", y[j]]); j++; }
   }
   return el("pre", { class: "diff", "data-testid": "result-diff" }, out.map(([op, t]) => el("div", { class: `d-${op}` }, `${op === "add" ? "+" : op === "del" ? "-" : " "} ${t}`)));
 }
@@ -192,7 +192,7 @@ async function showCompare() {
     c.error ? el("div", { class: "error" }, c.reason || "", " ", el("span", { class: "muted" }, c.error.slice(0, 200))) : null,
     c.reward_tail ? el("div", {}, el("div", { class: "muted" }, c.reward_cut ? "verifier output (its tail)" : "verifier output"), el("pre", { class: "tail", "data-testid": "reward-tail" }, c.reward_tail)) : null,
     i === 0 ? el("span", { class: "tag ref" }, "reference") : link(refUrl(i), "make this the reference", { class: "small" })));
-  const grid = el("div", { class: "grid", "data-testid": "compare-grid", style: { gridTemplateColumns: `70px repeat(${n}, minmax(260px, 1fr))` } },
+  const grid = el("div", { class: "grid", "data-testid": "compare-grid", style: { gridTemplateColumns: `70px repeat(${n}, minmax(220px, 1fr))` } },
     el("div", { class: "cell gutter" }), heads);
   data.rows.forEach((row, r) => {
     const sigs = row.map((k, c) => (k === null ? null : cols[c].steps[k].sig));
