@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows.append(("start, no viewer index (view.duckdb built)", cold))
             mid = keys[len(keys) // 2]
+            rows.append(("tasks page, its first request (the per-task table built)", timed(url + "/api/tasks", 1)[0]))
             apis = [("entries page, first page (/api/entries)", "/api/entries"),
                     ("tasks page, first page (/api/tasks)", "/api/tasks"),
                     ("tasks page, flaky tasks (/api/tasks?kind=flaky)", "/api/tasks?kind=flaky"),
@@ -127,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                 if path.startswith("/api/compare"):
                     assert len(body["columns"]) == a.attempts
                 rows.append((name, took))
+            # a run still going: each request after new lines rebuilds the per-task table first
+            times = []
+            last = max(run.glob("batch_*.jsonl"), key=lambda q: int(q.stem.split("_")[1]))
+            sample = last.read_text(encoding="utf-8").splitlines()[-1]
+            for i in range(a.repeats):
+                with open(last, "a", encoding="utf-8") as f:
+                    f.write(sample.replace('"key": "', f'"key": "new{i}-', 1) + "\n")
+                times.append(timed(url + "/api/tasks", 1)[0])
+            rows.append(("tasks page, first page right after new journal lines (task table rebuilt)",
+                         statistics.median(times)))
             shown = browser_times(url, ["/", "/tasks", f"/compare?task={mid}"], a.repeats)
             rows += [("entries page in Chromium (goto to shown)", shown[0]),
                      ("tasks page in Chromium (goto to shown)", shown[1]),

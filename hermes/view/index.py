@@ -110,6 +110,7 @@ class ViewIndex:
         self.run_dir = Path(run_dir)
         self.paths = RunPaths(self.run_dir)
         self.lock = threading.Lock()  # one DuckDB connection, shared by the server's threads
+        self.generation = 0  # counts refreshes that changed the table (derived tables rebuild on a change)
         self.con = self._connect(database)
 
     def _connect(self, database: str | None) -> duckdb.DuckDBPyConnection:
@@ -157,6 +158,7 @@ class ViewIndex:
                 for n, path, start, lines in todo:
                     self._index_file(n, path, start, lines)
                 self.con.execute("COMMIT")
+                self.generation += 1
             except BaseException:
                 self.con.execute("ROLLBACK")
                 raise
@@ -202,9 +204,8 @@ class ViewIndex:
     def arrow(self, sql: str, params: list | None = None):
         """A query's rows as an Arrow table (for joining two runs' per-task rows in another DuckDB)."""
         with self.lock:
-            result = self.con.execute(sql, params or [])
-            # DuckDB 2 names it to_arrow_table; 1.x fetch_arrow_table
-            return (getattr(result, "to_arrow_table", None) or result.fetch_arrow_table)()
+            rel = self.con.sql(sql, params=params or None)  # a relation: Arrow without an extra copy
+            return (getattr(rel, "to_arrow_table", None) or rel.arrow)()  # DuckDB 2 names it to_arrow_table
 
     def read_line(self, batch_num: int, offset: int, length: int) -> dict[str, Any]:
         with open(self.paths.batch(batch_num), "rb") as f:

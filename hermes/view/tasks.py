@@ -42,7 +42,7 @@ KINDS = {
     "stopped": "(stopped > 0 OR (? AND attempts < ?))",
     "failed": "failed > 0",
 }
-SORTS = {"first": "first", "task": "task", "pass_rate": f"{PASS_RATE}", "attempts": "attempts", "passes": "passes",
+SORTS = {"first": "first", "task": "task", "pass_rate": "pass_rate", "attempts": "attempts", "passes": "passes",
          "turns": "turns", "time": "seconds"}
 
 
@@ -81,18 +81,31 @@ def groups_sql() -> str:
     return f"WITH {TRIALS.format(where='')}, {GROUPS}"
 
 
-def tasks(index: ViewIndex, f: TaskFilters) -> dict[str, Any]:
+def grouped(index: ViewIndex) -> str:
+    """The name of a temporary table of the run's tasks (one row per task, GROUPS' columns and
+    pass_rate), made again only when the index took new lines: paging, filtering and sorting
+    10,000 tasks then reads 10,000 rows, not 80,000 entries."""
     index.refresh()
+    with index.lock:
+        if getattr(index, "_tasks_at", None) != index.generation:
+            index.con.execute(f"CREATE OR REPLACE TEMP TABLE task_groups AS {groups_sql()} "
+                              f"SELECT *, {PASS_RATE} AS pass_rate FROM g")
+            index._tasks_at = index.generation
+    return "task_groups"
+
+
+def tasks(index: ViewIndex, f: TaskFilters) -> dict[str, Any]:
+    g = grouped(index)
     kind, kp = kind_sql(f.kind, index)
     text, tp = _text_sql(f.q)
     where, params = f"WHERE {kind} AND {text}", kp + tp
     order = f"{SORTS[f.sort]} {'DESC' if f.desc else 'ASC'} NULLS LAST, first"
     (total, tasks_all, lines), = index.query(
-        f"{groups_sql()} SELECT (SELECT count(*) FROM g {where}), (SELECT count(*) FROM g), (SELECT count(*) FROM entries)",
+        f"SELECT (SELECT count(*) FROM {g} {where}), (SELECT count(*) FROM {g}), (SELECT count(*) FROM entries)",
         params)
-    rows = index.query(f"""{groups_sql()} SELECT task, attempts, passes, checked, {PASS_RATE}, stopped, failed, marks,
-                                                 turns, seconds, reasons, prompt
-                           FROM g {where} ORDER BY {order} LIMIT ? OFFSET ?""",
+    rows = index.query(f"""SELECT task, attempts, passes, checked, pass_rate, stopped, failed, marks,
+                                  turns, seconds, reasons, prompt
+                           FROM {g} {where} ORDER BY {order} LIMIT ? OFFSET ?""",
                        params + [f.size, (f.page - 1) * f.size])
     keys = ("task", "attempts", "passes", "checked", "pass_rate", "stopped", "failed", "marks", "turns", "seconds",
             "reasons", "prompt")
@@ -104,11 +117,11 @@ def tasks(index: ViewIndex, f: TaskFilters) -> dict[str, Any]:
 def neighbour(index: ViewIndex, task: str, kind: str | None, step: int) -> str | None:
     """The next (step 1) or previous (-1) task after `task` in the run's order that `kind` admits,
     wrapping around; None: no other task does."""
-    index.refresh()
+    g = grouped(index)
     cond, params = kind_sql(kind, index)
     cmp, order = (">", "ASC") if step > 0 else ("<", "DESC")
-    found = index.query(f"""{groups_sql()}, here AS (SELECT first FROM g WHERE task = ?)
-                            SELECT task FROM g WHERE {cond} AND task <> ?
+    found = index.query(f"""WITH here AS (SELECT first FROM {g} WHERE task = ?)
+                            SELECT task FROM {g} WHERE {cond} AND task <> ?
                             ORDER BY (first {cmp} coalesce((SELECT first FROM here), -1)) DESC, first {order} LIMIT 1""",
                         [task] + params + [task])
     return found[0][0] if found else None
@@ -135,9 +148,8 @@ CHANGES = {
 
 
 def _per_task(index: ViewIndex):
-    index.refresh()
-    return index.arrow(f"""{groups_sql()} SELECT task, first, attempts, passes, checked, {PASS_RATE} AS rate, marks,
-                                                  prompt FROM g""")
+    g = grouped(index)
+    return index.arrow(f"SELECT task, first, attempts, passes, checked, pass_rate AS rate, marks, prompt FROM {g}")
 
 
 def runs(a: ViewIndex, b: ViewIndex, f: RunsFilters) -> dict[str, Any]:
