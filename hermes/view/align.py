@@ -12,16 +12,19 @@ step matching a row when its signature equals any step's already in that row. A 
 less than two gaps, so two attempts that did different things at the same point stay on one row
 (turn by turn), while an extra step in one attempt opens a gap row. The first divergence is the
 first row where the columns do not all hold the same signature; each column also gets its own
-first row that differs from the reference column.
+first row that differs from the reference column. Attempts too long for the quadratic table
+(QUADRATIC_CELLS) are matched with difflib's SequenceMatcher instead.
 """
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
 from hermes.run.export import split_gpt, tagged_blocks
 
 MATCH, MISMATCH, GAP = 2, -1, -1
+QUADRATIC_CELLS = 250_000  # beyond this many cells (500 x 500 steps), Python's quadratic table is too slow
 
 
 def _canonical(arguments: Any) -> Any:
@@ -68,6 +71,8 @@ def steps(conversations: list[Any]) -> tuple[list[dict], list[dict]]:
 def _pairwise(rows: list[set[str]], seq: list[str]) -> list[tuple[int | None, int | None]]:
     """Needleman–Wunsch between the rows so far (sets of signatures) and one column's signatures."""
     n, m = len(rows), len(seq)
+    if n * m > QUADRATIC_CELLS:
+        return _matching_blocks(rows, seq)
     score = [[0] * (m + 1) for _ in range(n + 1)]
     move = [[0] * (m + 1) for _ in range(n + 1)]  # 0 diagonal, 1 up (gap in the column), 2 left (new row)
     for i in range(1, n + 1):
@@ -96,6 +101,18 @@ def _pairwise(rows: list[set[str]], seq: list[str]) -> list[tuple[int | None, in
             pairs.append((None, j - 1))
             j -= 1
     return pairs[::-1]
+
+
+def _matching_blocks(rows: list[set[str]], seq: list[str]) -> list[tuple[int | None, int | None]]:
+    """Very long attempts: difflib's SequenceMatcher (Ratcliff-Obershelp, near linear here) against
+    each row's first signature; a replaced stretch pairs step by step, its excess gets gap rows."""
+    first = [min(r) if len(r) == 1 else sorted(r)[0] for r in rows]
+    pairs: list[tuple[int | None, int | None]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, first, seq, autojunk=False).get_opcodes():
+        common = min(i2 - i1, j2 - j1) if op in ("equal", "replace") else 0
+        pairs += [(i1 + k, j1 + k) for k in range(common)]
+        pairs += [(i, None) for i in range(i1 + common, i2)] + [(None, j) for j in range(j1 + common, j2)]
+    return pairs
 
 
 def align(columns: list[list[str]]) -> list[list[int | None]]:

@@ -56,6 +56,11 @@ def test_alignment_puts_matching_steps_side_by_side_and_marks_the_first_divergen
     assert first == 1 and per == [None, 3, 1]
     same = align.align([a, a])
     assert align.divergence([a, a], same) == (None, [None, None])
+    # attempts too long for the quadratic table: difflib's matcher, the same rows
+    long_a = [f"call {i}" for i in range(600)]
+    long_b = long_a[:300] + ["other"] + long_a[300:]
+    rows = align.align([long_a, long_b])
+    assert len(rows) == 601 and rows[300] == [None, 300] and align.divergence([long_a, long_b], rows)[0] == 300
 
 
 def test_a_step_is_a_turn_and_its_signature_ignores_outputs_and_key_order():
