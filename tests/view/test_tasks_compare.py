@@ -36,7 +36,7 @@ GOOD, BAD = sh("echo ok > out.txt"), sh("echo no > out.txt")
 # the run "before": fix passes, fails (differs at the third turn), passes (differs at the fourth: its words)
 BEFORE = {"fix": [[START, WHERE, GOOD, {"say": "Done."}], [START, WHERE, BAD, {"say": "Done."}],
                   [START, WHERE, GOOD, {"say": "All done."}]],
-          "always": [[GOOD, {"say": "Done."}]], "never": [[{"say": "I cannot."}]]}
+          "always": [[sh("seq 1 400"), GOOD, {"say": "Done."}]], "never": [[{"say": "I cannot."}]]}
 # the run "after": fix lost, never solved
 AFTER = {"fix": [[START, BAD, {"say": "Done."}]], "always": [[GOOD, {"say": "Done."}]], "never": [[GOOD, {"say": "Done."}]]}
 ROWS = [{"prompt": f"PLAN:{name} Make out.txt say ok.", "check": CHECK, "case": name} for name in ("fix", "always", "never")]
@@ -222,6 +222,10 @@ def test_keyboard_moves_between_tasks(runs, page):
     page.wait_for_url(lambda u: "/compare?" in u)
     shown(page)
     assert page.inner_text("[data-testid=compare-title]").startswith(f"Task {keys['always']}")
+    long_output = page.locator("[data-testid=step][data-row='0'] details[data-testid=result-text]").first
+    assert long_output.get_attribute("open") is None and "400" not in long_output.locator("summary").inner_text()
+    long_output.locator("summary").click()  # a long tool output is folded until asked for
+    assert "\n400" in long_output.locator("pre").inner_text()
 
     def press(key: str) -> str:
         before = page.url
@@ -242,6 +246,9 @@ def test_keyboard_moves_between_tasks(runs, page):
 def test_two_runs_side_by_side(runs, page):
     url, tmp, line = runs
     assert "compare?runs=before,after" in line  # the command says where
+    page.goto(url + "/tasks?runs=before,after")  # the tasks page of both
+    shown(page)
+    assert page.inner_text("[data-testid=solved-in-b]").startswith("1")
     page.goto(url + "/compare?runs=before,after")
     shown(page)
     assert page.inner_text("[data-testid=a-pass-rate]").startswith("55.6%")  # 5 of 9

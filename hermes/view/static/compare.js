@@ -40,6 +40,7 @@ document.addEventListener("keydown", (ev) => {
 
 async function showTasks() {
   const params = new URLSearchParams(location.search);
+  if (params.get("runs")) return showRuns(params); // /tasks?runs=A,B: both runs' tasks
   const data = await api(`/api/tasks?${params}`);
   document.title = `tasks · hermes-batch view`;
   const form = el("form", { class: "filters", "data-testid": "task-filters" },
@@ -135,7 +136,15 @@ async function showRuns(params) {
 
 // ------------------------------------------------------------------ attempts side by side
 
-function resultText(r) { return typeof r.content === "string" ? r.content : JSON.stringify(r.content, null, 2); }
+// a terminal-like result ({"output", "exit_code", "error"}, often JSON in a string) as the text it printed
+function resultText(r) {
+  let c = r.content;
+  if (typeof c === "string" && c.startsWith("{")) { try { c = JSON.parse(c); } catch (_) { /* plain text */ } }
+  if (c && typeof c === "object" && typeof c.output === "string") {
+    return c.output + (c.exit_code ? `\n[exit ${c.exit_code}]` : "") + (c.error ? `\n[error] ${c.error}` : "");
+  }
+  return typeof c === "string" ? c : JSON.stringify(c, null, 2);
+}
 
 function folded(text, testid) {
   if (text.length <= FOLD && text.split("\n").length <= 12) return el("pre", { "data-testid": testid }, text);
