@@ -147,6 +147,7 @@ function resultText(r) {
 }
 
 function folded(text, testid) {
+  if (!text) return el("pre", { class: "muted", "data-testid": testid }, "(no output)");
   if (text.length <= FOLD && text.split("\n").length <= 12) return el("pre", { "data-testid": testid }, text);
   return el("details", { class: "fold", "data-testid": testid },
     el("summary", {}, `${text.slice(0, 120).replace(/\s+/g, " ")}… (${text.length} characters)`), el("pre", {}, text));
