@@ -96,10 +96,10 @@ def entries(index: ViewIndex, filters: Filters) -> dict[str, Any]:
     (total,), = index.query(f"SELECT count(*) FROM entries{where}", params)
     rows = index.query(
         f"""SELECT prompt_index, pos, status, attempt, passed, toolsets, tools, api_calls, elapsed,
-                   left(prompt, 200), reason, task FROM entries{where} ORDER BY pos LIMIT ? OFFSET ?""",
+                   left(prompt, 200), reason, task, trial FROM entries{where} ORDER BY pos LIMIT ? OFFSET ?""",
         params + [filters.size, (filters.page - 1) * filters.size])
     keys = ("prompt_index", "pos", "status", "attempt", "passed", "toolsets", "tools", "api_calls", "elapsed",
-            "prompt", "reason", "task")
+            "prompt", "reason", "task", "trial")
     return {"total": total, "page": filters.page, "size": filters.size,
             "entries": [dict(zip(keys, r)) for r in rows]}
 

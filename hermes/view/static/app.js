@@ -115,7 +115,8 @@ function listView(data, params) {
     el("td", {}, e.api_calls ?? ""),
     el("td", {}, e.elapsed === null ? "" : `${e.elapsed.toFixed(1)} s`),
     el("td", { class: "prompt" }, e.prompt, e.reason ? el("div", { class: "error" }, e.reason) : null),
-    el("td", {}, e.task ? link(withRun(`/compare?task=${encodeURIComponent(e.task)}`, params), "attempts", { "data-testid": "compare-link", title: "this task's attempts side by side" }) : null)));
+    el("td", {}, e.trial > 1 ? el("span", { class: "muted" }, `attempt ${e.trial} · `) : null,
+      e.task ? link(withRun(`/compare?task=${encodeURIComponent(e.task)}`, params), "attempts", { "data-testid": "compare-link", title: "this task's attempts side by side" }) : null)));
   return el("section", {},
     el("div", { class: "pager", "data-testid": "pager" },
       data.page > 1 ? link(pageUrl(data.page - 1), "‹ previous") : null,

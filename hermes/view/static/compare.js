@@ -20,7 +20,7 @@ function verdict(passed, status) {
 
 function marks(list, params) {
   return el("span", { class: "marks", "data-testid": "marks" }, (list || []).map((m) => {
-    const cls = m.status === "stopped" ? "stopped" : m.passed === true ? "pass" : m.passed === false ? "fail" : m.status === "failed" ? "fail" : "none";
+    const cls = m.status === "stopped" ? "stopped" : m.passed === true ? "pass" : m.passed === false ? "fail" : m.status === "failed" ? "error" : "none";
     const what = m.status === "stopped" ? "stopped" : m.passed === true ? "passed" : m.passed === false ? "failed" : m.status;
     return link(withRun(`/entry/${m.prompt_index}?pos=${m.pos}`, params), "", { class: `mark ${cls}`, title: `attempt ${m.trial}: ${what}${m.reward !== null && m.reward !== undefined ? ` (reward ${m.reward})` : ""}`, "data-mark": cls });
   }));
