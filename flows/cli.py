@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": "the OpenAI-compatible API server over the agent (127.0.0.1:8642)",
         "tasks": "Harbor task folders: `tasks list PATH` shows each task's needs and problems",
         "verify": "run the task folders' reference solutions and tests (the oracle); name those that fail",
-        "view": "look at a run in the browser: summary, entries under filters, conversations (127.0.0.1)",
+        "view": "look at a run in the browser: summary, entries under filters, conversations, tasks' attempts side by side; two runs compared (127.0.0.1)",
         "export": "a run's trajectories for training: OpenAI messages with tool_calls, ShareGPT, Parquet, or RL (per-turn tokens and logprobs)",
         "publish": "publish a run's final entries as Parquet shards to a folder, s3:// or hf:// (as --publish does live)",
         "env": "the HERMES_* environment variables: each one's value now (keys: set or not), default and meaning",

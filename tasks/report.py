@@ -86,7 +86,9 @@ def _summary(run_path: Path, stats: dict, share: float, max_share: float | None)
         "```text", *summary_lines(stats), "```", "",
         "## Look at it", "",
         f"- in your browser: `{cmd['view']}` serves the run on http://127.0.0.1:8765/ (summary, entries under "
-        "filters, each conversation with its tool calls, images and reward; `/entry/<prompt_index>` links to one)",
+        "filters, each conversation with its tool calls, images and reward; `/entry/<prompt_index>` links to one; "
+        "`/tasks` lists each task's attempts and pass rate, `/compare?task=<key>` sets them side by side, aligned "
+        "turn by turn; `hermes-batch view RUN_A RUN_B` compares two runs)",
         f"- for training: `{cmd['export']}` (or `--format sharegpt`, `--format parquet`; `--only passed|completed`)",
         "",
         "## Output", "",

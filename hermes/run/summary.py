@@ -128,6 +128,8 @@ def format_summary(stats: dict[str, Any], output_dir: str | Path = "data") -> st
         f"trajectories: {paths.trajectories}",
         f"statistics:   {paths.statistics}",
         f"look at it:   {cmd['view']}",
+        *([f"its tasks:    http://127.0.0.1:8765/tasks (each task's attempts, pass rate, flaky or never solved; "
+           "/compare?task=<key> sets them side by side)"] if stats.get("task_statistics") else []),
         f"export it:    {cmd['export']}   (or --format sharegpt, parquet)",
     ])
 

@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import orjson
 
+from hermes.data.dataset import split_attempt
 from hermes.data.entry import Status
 from hermes.data.failures import classify
 from hermes.data.run_index import with_layout
@@ -28,22 +29,24 @@ from hermes.data.run_paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-LAYOUT = 1
+LAYOUT = 2  # 2: task, trial, stop_reason, reward (the tasks page and the compare view)
 PROMPT_CHARS = 4000  # of the prompt kept for the list and its text search
 _CHUNK = 5000
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (pos BIGINT, batch_num INTEGER, line INTEGER, "offset" BIGINT, length INTEGER,
     prompt_index BIGINT, key VARCHAR, status VARCHAR, attempt INTEGER, error VARCHAR, reason VARCHAR,
-    passed BOOLEAN, toolsets VARCHAR[], tools VARCHAR[], api_calls INTEGER, elapsed DOUBLE, prompt VARCHAR);
+    passed BOOLEAN, toolsets VARCHAR[], tools VARCHAR[], api_calls INTEGER, elapsed DOUBLE, prompt VARCHAR,
+    task VARCHAR, trial INTEGER, stop_reason VARCHAR, reward DOUBLE);
 CREATE TABLE IF NOT EXISTS tool_calls (pos BIGINT, tool VARCHAR, count INTEGER, failure INTEGER);
 CREATE TABLE IF NOT EXISTS indexed_files (batch_num INTEGER PRIMARY KEY, size BIGINT, lines INTEGER);
 CREATE TABLE IF NOT EXISTS layout (version INTEGER);
 """
 _ENTRY_COLS = ("pos", "batch_num", "line", "offset", "length", "prompt_index", "key", "status", "attempt", "error",
-               "reason", "passed", "toolsets", "tools", "api_calls", "elapsed", "prompt")
+               "reason", "passed", "toolsets", "tools", "api_calls", "elapsed", "prompt", "task", "trial", "stop_reason",
+               "reward")
 _TYPES = {"pos": "BIGINT", "batch_num": "INTEGER", "line": "INTEGER", "offset": "BIGINT", "length": "INTEGER",
           "prompt_index": "BIGINT", "attempt": "INTEGER", "passed": "BOOLEAN", "toolsets": "VARCHAR[]",
-          "tools": "VARCHAR[]", "api_calls": "INTEGER", "elapsed": "DOUBLE"}
+          "tools": "VARCHAR[]", "api_calls": "INTEGER", "elapsed": "DOUBLE", "trial": "INTEGER", "reward": "DOUBLE"}
 _FAILED = f"'{Status.FAILED}'"
 # the first successful line of each prompt, as the merge picks it (a line without a key is its own prompt)
 WINNERS = f"""winners AS (SELECT min(pos) AS pos FROM entries WHERE status IS DISTINCT FROM {_FAILED}
@@ -81,9 +84,11 @@ def row_of(raw: bytes) -> tuple[dict[str, Any], list[tuple[str, int, int]]] | No
              if isinstance(s, dict) and s.get("count")]
     error = meta.get("error")
     index = entry.get("prompt_index")
+    key = meta.get("key")
+    value = reward.get("value") if reward is not None else None
     return {
         "prompt_index": index if isinstance(index, int) else None,
-        "key": meta.get("key"), "status": str(status), "attempt": meta.get("attempt") or 1,
+        "key": key, "status": str(status), "attempt": meta.get("attempt") or 1,
         "error": error, "reason": classify(error).kind if status == Status.FAILED else None,
         "passed": None if reward is None else bool(reward.get("passed")),
         "toolsets": [str(t) for t in entry.get("toolsets_used") or []],
@@ -91,6 +96,12 @@ def row_of(raw: bytes) -> tuple[dict[str, Any], list[tuple[str, int, int]]] | No
         "api_calls": entry.get("api_calls") if isinstance(entry.get("api_calls"), int) else None,
         "elapsed": meta.get("elapsed") if isinstance(meta.get("elapsed"), (int, float)) else None,
         "prompt": str(prompt)[:PROMPT_CHARS],
+        # the task: a task folder's name, else the row's key without its attempt suffix (`<key>#a<n>`)
+        "task": str(meta.get("task") or (split_attempt(str(key))[0] if key else "")) or None,
+        "trial": meta.get("trial") if isinstance(meta.get("trial"), int) else 1,
+        "stop_reason": meta.get("stop_reason") if isinstance(meta.get("stop_reason"), str) else None,
+        "reward": (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
+                   else None if reward is None else float(bool(reward.get("passed")))),
     }, calls
 
 
@@ -99,6 +110,7 @@ class ViewIndex:
         self.run_dir = Path(run_dir)
         self.paths = RunPaths(self.run_dir)
         self.lock = threading.Lock()  # one DuckDB connection, shared by the server's threads
+        self.generation = 0  # counts refreshes that changed the table (derived tables rebuild on a change)
         self.con = self._connect(database)
 
     def _connect(self, database: str | None) -> duckdb.DuckDBPyConnection:
@@ -146,6 +158,7 @@ class ViewIndex:
                 for n, path, start, lines in todo:
                     self._index_file(n, path, start, lines)
                 self.con.execute("COMMIT")
+                self.generation += 1
             except BaseException:
                 self.con.execute("ROLLBACK")
                 raise
@@ -163,6 +176,7 @@ class ViewIndex:
                 if parsed is not None:
                     cols, calls = parsed
                     pos = num << 32 | line
+                    cols["task"] = cols["task"] or f"line {pos}"  # no key: the line is a task of its own
                     for key, value in {**cols, "pos": pos, "batch_num": num, "line": line, "offset": offset,
                                        "length": len(raw)}.items():
                         rows[key].append(value)
@@ -186,6 +200,12 @@ class ViewIndex:
     def query(self, sql: str, params: list | None = None) -> list[tuple]:
         with self.lock:
             return self.con.execute(sql, params or []).fetchall()
+
+    def arrow(self, sql: str, params: list | None = None):
+        """A query's rows as an Arrow table (for joining two runs' per-task rows in another DuckDB)."""
+        with self.lock:
+            rel = self.con.sql(sql, params=params or None)  # a relation: Arrow without an extra copy
+            return (getattr(rel, "to_arrow_table", None) or rel.arrow)()  # DuckDB 2 names it to_arrow_table
 
     def read_line(self, batch_num: int, offset: int, length: int) -> dict[str, Any]:
         with open(self.paths.batch(batch_num), "rb") as f:

@@ -96,10 +96,10 @@ def entries(index: ViewIndex, filters: Filters) -> dict[str, Any]:
     (total,), = index.query(f"SELECT count(*) FROM entries{where}", params)
     rows = index.query(
         f"""SELECT prompt_index, pos, status, attempt, passed, toolsets, tools, api_calls, elapsed,
-                   left(prompt, 200), reason FROM entries{where} ORDER BY pos LIMIT ? OFFSET ?""",
+                   left(prompt, 200), reason, task, trial FROM entries{where} ORDER BY pos LIMIT ? OFFSET ?""",
         params + [filters.size, (filters.page - 1) * filters.size])
     keys = ("prompt_index", "pos", "status", "attempt", "passed", "toolsets", "tools", "api_calls", "elapsed",
-            "prompt", "reason")
+            "prompt", "reason", "task", "trial")
     return {"total": total, "page": filters.page, "size": filters.size,
             "entries": [dict(zip(keys, r)) for r in rows]}
 
@@ -108,7 +108,7 @@ def entry(index: ViewIndex, prompt_index: int, pos: int | None = None) -> dict[s
     """One prompt's line (the winning one, else its latest attempt, or the one `pos` names), with its
     conversation taken apart for display and its attempts listed."""
     index.refresh()
-    attempts = index.query("""SELECT pos, status, attempt, batch_num, "offset", length FROM entries
+    attempts = index.query("""SELECT pos, status, attempt, batch_num, "offset", length, task FROM entries
                               WHERE prompt_index = ? ORDER BY pos""", [prompt_index])
     if not attempts:
         return None
@@ -118,7 +118,7 @@ def entry(index: ViewIndex, prompt_index: int, pos: int | None = None) -> dict[s
     meta = line.get("hermes") if isinstance(line.get("hermes"), dict) else {}
     files = [f for f in meta.get("files") or [] if isinstance(f, str)]
     return {
-        "prompt_index": prompt_index, "pos": chosen[0],
+        "prompt_index": prompt_index, "pos": chosen[0], "task": chosen[6],
         "attempts": [{"pos": a[0], "status": a[1], "attempt": a[2]} for a in attempts],
         "turns": [_turn(t, files) for t in line.get("conversations") or [] if isinstance(t, dict)],
         "reward": line.get("reward"),

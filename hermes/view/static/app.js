@@ -114,21 +114,26 @@ function listView(data, params) {
     el("td", {}, e.tools.join(", ")),
     el("td", {}, e.api_calls ?? ""),
     el("td", {}, e.elapsed === null ? "" : `${e.elapsed.toFixed(1)} s`),
-    el("td", { class: "prompt" }, e.prompt, e.reason ? el("div", { class: "error" }, e.reason) : null)));
+    el("td", { class: "prompt" }, e.prompt, e.reason ? el("div", { class: "error" }, e.reason) : null),
+    el("td", {}, e.trial > 1 ? el("span", { class: "muted" }, `attempt ${e.trial} · `) : null,
+      e.task ? link(withRun(`/compare?task=${encodeURIComponent(e.task)}`, params), "attempts", { "data-testid": "compare-link", title: "this task's attempts side by side" }) : null)));
   return el("section", {},
     el("div", { class: "pager", "data-testid": "pager" },
       data.page > 1 ? link(pageUrl(data.page - 1), "‹ previous") : null,
       el("span", { "data-testid": "total" }, `page ${data.page} of ${pages} · ${data.total} entries`),
       data.page < pages ? link(pageUrl(data.page + 1), "next ›") : null),
-    el("table", {}, el("thead", {}, el("tr", {}, ["prompt", "status", "check", "toolsets", "tools used", "model calls", "time", "prompt text"].map((h) => el("th", {}, h)))),
+    el("table", {}, el("thead", {}, el("tr", {}, ["prompt", "status", "check", "toolsets", "tools used", "model calls", "time", "prompt text", "task"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)));
 }
 
 async function showList() {
   const params = new URLSearchParams(location.search);
-  const [s, data] = await Promise.all([api("/api/summary"), api(`/api/entries?${params}`)]);
+  const [s, data] = await Promise.all([api(withRun("/api/summary", params)), api(`/api/entries?${params}`)]);
   document.title = `${s.run_name} · hermes-batch view`;
-  main(summaryView(s), filtersForm(s, params), listView(data, params));
+  const others = s.runs.length > 1 ? el("p", { "data-testid": "runs-link" }, "runs served: ", s.runs.map((r) => [link(`/?run=${encodeURIComponent(r)}`, r), " "]),
+    link(`/compare?runs=${s.runs.slice(0, 2).map(encodeURIComponent).join(",")}`, "compare the two runs' tasks")) : null;
+  main(summaryView(s), others, el("p", {}, link(withRun("/tasks", params), "Tasks: each task's attempts, pass rate, flaky or never solved ›", { "data-testid": "tasks-link" })),
+    filtersForm(s, params), listView(data, params));
 }
 
 // ------------------------------------------------------------------ one entry
@@ -162,15 +167,16 @@ function turnView(t) {
 
 async function showEntry(promptIndex) {
   const pos = new URLSearchParams(location.search).get("pos");
-  const e = await api(`/api/entry/${promptIndex}${pos ? `?pos=${pos}` : ""}`);
+  const params = new URLSearchParams(location.search);
+  const e = await api(withRun(`/api/entry/${promptIndex}${pos ? `?pos=${pos}` : ""}`, params));
   document.title = `entry ${promptIndex} · hermes-batch view`;
   const h = e.hermes || {};
   const attempts = e.attempts.length > 1 ? el("p", {}, "attempts: ", e.attempts.map((a) =>
-    a.pos === e.pos ? tag(`${a.attempt}: ${a.status}`, `s-${a.status}`) : link(`/entry/${promptIndex}?pos=${a.pos}`, `${a.attempt}: ${a.status} `))) : null;
+    a.pos === e.pos ? tag(`${a.attempt}: ${a.status}`, `s-${a.status}`) : link(withRun(`/entry/${promptIndex}?pos=${a.pos}`, params), `${a.attempt}: ${a.status} `))) : null;
   const shownImages = new Set(e.turns.flatMap((t) => (t.results || []).flatMap((r) => r.images)));
   const extra = e.images.filter((p) => !shownImages.has(p));
   main(
-    el("p", {}, link("/", "‹ all entries")),
+    el("p", {}, link(withRun("/", params), "‹ all entries"), e.task ? [" · ", link(withRun(`/compare?task=${encodeURIComponent(e.task)}`, params), "this task's attempts side by side", { "data-testid": "compare-link" })] : null),
     el("h2", { "data-testid": "entry-title" }, `Entry ${promptIndex} `, tag(h.status || "?", `s-${h.status}`)),
     attempts,
     h.error ? el("pre", { class: "error", "data-testid": "entry-error" }, h.error) : null,
@@ -194,8 +200,11 @@ async function route() {
   const m = location.pathname.match(/^\/entry\/(-?\d+)$/);
   const wanted = location.href;
   delete document.body.dataset.shown;
+  keys = null; // compare.js: each page sets its own keys
   try {
     if (m) await showEntry(m[1]);
+    else if (location.pathname === "/tasks") await showTasks();
+    else if (location.pathname === "/compare") await showCompare();
     else await showList();
   } catch (err) {
     main(el("p", { class: "error", "data-testid": "load-error" }, String(err.message || err)));
