@@ -19,7 +19,7 @@ from hermes.tools import toolset_settings_model
 #: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
 ToolsetSettings = toolset_settings_model()
 
-ToolCallParser = Literal["auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "none"]
+ToolCallParser = Literal["auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "pythonic", "none"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = API_KEY_VARIABLES
 DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
