@@ -63,6 +63,9 @@ class AgentSettings(BaseModel):
     breaker_seconds: float = Field(60.0, gt=0, description="a run stops (its prompts not done stay owed) when every "
                                    "model request failed for one endpoint-wide reason (unreachable, 401, 403, 404, "
                                    "5xx) for this many seconds with no success")
+    request_timeout: float = Field(600.0, gt=0, description="seconds one model request may wait for its answer "
+                                   "(each connect and each read; a time-out is retried like a 5xx): raise it for a "
+                                   "slow server, e.g. llama.cpp on a CPU reading its first long prompt")
     temperature: float | None = Field(None, ge=0, description="sampling temperature (endpoint default if unset)")
     top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling (endpoint default if unset)")
     top_k: int | None = Field(None, description="top-k sampling, sent in the extra body (vLLM, SGLang, llama.cpp, Ollama)")
