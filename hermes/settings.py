@@ -55,7 +55,7 @@ class AgentSettings(BaseModel):
     tool_call_parser: ToolCallParser = Field(
         "auto", description="how tool calls are read from the model's answers: auto (native tool_calls, else calls "
         "written as text in any known format, unmarked JSON only naming an offered tool), native / none (native "
-        "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder")
+        "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder, pythonic")
 
     # --- open models: endpoint check, breaker, sampling, logprobs, context (issue 44; hermes/model/) ---
     check_endpoint: bool = Field(True, description="before a run fans out, one request checks the endpoint (reachable, "
