@@ -20,6 +20,7 @@ or None when the text is not wholly calls of that shape.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
 from typing import Any
@@ -31,7 +32,7 @@ _ATTR = re.compile(r"""([A-Za-z_][\w.-]*)\s*=\s*("[^"]*"|'[^']*')""")
 # an opening tag: `<function=NAME>`, or `<function` with quoted attributes (which may hold `>`), or bare
 _OPEN = re.compile(r"""<function(?:=([^>\s]+)\s*>|((?:\s+[A-Za-z_][\w.-]*\s*=\s*(?:"[^"]*"|'[^']*'))*)\s*(/?)>)""")
 _CLOSE = "</function>"
-_CHILD = re.compile(r"<([A-Za-z_][\w.-]*)\s*(?:/>|>(.*?)</\1\s*>)", re.DOTALL)
+_TAG = re.compile(r"<(/?)([A-Za-z_][\w.-]*)\s*(/?)>")
 _PARAMETER = re.compile(r"<parameter=([^>\s]+)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 
 
@@ -95,10 +96,30 @@ def parameters(body: str, properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def _children(body: str) -> dict[str, str] | None:
-    """The child elements `<k>v</k>` of `body` (the first of each name), None when it has none."""
+    """The child elements `<k>v</k>` (or `<k/>`) of `body`, the first of each name, what they hold
+    taken whole; None when it has none. One pass over the tags, each opening one paired with the
+    first closing one of its name after it: an answer full of unclosed tags (`<br>`) costs no more
+    than the tags themselves (a pattern with a back-reference rescanned the rest for each)."""
+    tags = list(_TAG.finditer(body))
+    closing: dict[str, list[int]] = {}
+    for i, tag in enumerate(tags):
+        if tag.group(1):
+            closing.setdefault(tag.group(2), []).append(i)
     found: dict[str, str] = {}
-    for m in _CHILD.finditer(body):
-        found.setdefault(m.group(1), m.group(2) or "")
+    i = 0
+    while i < len(tags):
+        tag = tags[i]
+        i += 1
+        if tag.group(1):
+            continue  # a closing tag left over
+        if tag.group(3):
+            found.setdefault(tag.group(2), "")
+            continue
+        ends = closing.get(tag.group(2), [])
+        j = bisect.bisect_left(ends, i)
+        if j < len(ends):  # else never closed: not an element
+            found.setdefault(tag.group(2), body[tag.end():tags[ends[j]].start()])
+            i = ends[j] + 1  # what it holds is its own, not more children
     return found or None
 
 
@@ -131,13 +152,14 @@ def xml_calls(body: str, schemas: dict[str, dict]) -> list[Call] | None:
     every element is a call: a name and arguments (a `<function=NAME>` carries them), and no
     description (a tool list echoed back as XML describes its tools, it does not call them)."""
     calls: list[Call] = []
+    closes = [m.start() for m in re.finditer(re.escape(_CLOSE), body)]
     at = 0
     while True:
         m = _OPEN.search(body, at)
         if m is None:
             break
         inline_name, attrs_text, closed = m.group(1), m.group(2), m.group(3)
-        end = m.end() if closed else _element_end(body, m.end())
+        end = m.end() if closed else _element_end(body, m.end(), closes)
         inner = "" if closed else body[m.end():end]
         at = end + len(_CLOSE) if body.startswith(_CLOSE, end) else end
         attrs = {k: _attribute(v) for k, v in _ATTR.findall(attrs_text or "")}
@@ -162,14 +184,13 @@ def xml_calls(body: str, schemas: dict[str, dict]) -> list[Call] | None:
     return calls or None
 
 
-def _element_end(body: str, start: int) -> int:
-    """Where an element opened at `start` ends: its `</function>`, else the next `<function`
-    (a model that never closed it), else the end of the block."""
-    close = body.find(_CLOSE, start)
-    nxt = _OPEN.search(body, start)
-    if close >= 0 and (nxt is None or close < nxt.start()):
-        return close
-    return nxt.start() if nxt is not None else len(body)
+def _element_end(body: str, start: int, closes: list[int]) -> int:
+    """Where an element opened at `start` ends: its `</function>` (`closes`: where each is), else the
+    next `<function` (a model that never closed it), else the end of the block."""
+    j = bisect.bisect_left(closes, start)
+    close = closes[j] if j < len(closes) else len(body)
+    nxt = _OPEN.search(body, start, close)
+    return nxt.start() if nxt is not None else close
 
 
 def python_calls(text: str) -> list[Call] | None:
