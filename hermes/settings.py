@@ -19,7 +19,7 @@ from hermes.tools import toolset_settings_model
 #: every registered toolset's settings, one field per toolset (hermes/tools/registry.py)
 ToolsetSettings = toolset_settings_model()
 
-ToolCallParser = Literal["auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "none"]
+ToolCallParser = Literal["auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "pythonic", "none"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 API_KEY_ENV_VARS = API_KEY_VARIABLES
 DASK_ADDRESS_ENV = "HERMES_DASK_ADDRESS"
@@ -55,7 +55,7 @@ class AgentSettings(BaseModel):
     tool_call_parser: ToolCallParser = Field(
         "auto", description="how tool calls are read from the model's answers: auto (native tool_calls, else calls "
         "written as text in any known format, unmarked JSON only naming an offered tool), native / none (native "
-        "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder")
+        "tool_calls only), or one text format: hermes, json, llama, mistral, qwen3_coder, pythonic")
 
     # --- open models: endpoint check, breaker, sampling, logprobs, context (issue 44; hermes/model/) ---
     check_endpoint: bool = Field(True, description="before a run fans out, one request checks the endpoint (reachable, "
@@ -63,6 +63,9 @@ class AgentSettings(BaseModel):
     breaker_seconds: float = Field(60.0, gt=0, description="a run stops (its prompts not done stay owed) when every "
                                    "model request failed for one endpoint-wide reason (unreachable, 401, 403, 404, "
                                    "5xx) for this many seconds with no success")
+    request_timeout: float = Field(600.0, gt=0, description="seconds one model request may wait for its answer "
+                                   "(each connect and each read; a time-out is retried like a 5xx): raise it for a "
+                                   "slow server, e.g. llama.cpp on a CPU reading its first long prompt")
     temperature: float | None = Field(None, ge=0, description="sampling temperature (endpoint default if unset)")
     top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling (endpoint default if unset)")
     top_k: int | None = Field(None, description="top-k sampling, sent in the extra body (vLLM, SGLang, llama.cpp, Ollama)")

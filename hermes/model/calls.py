@@ -39,6 +39,8 @@ from hermes.model.ratelimit import AdaptiveLimiter, retry_after
 INITIAL_RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 120.0
+#: the kind of a request that got no answer in its time (--request_timeout)
+TIMED_OUT = "model endpoint time-out"
 T = TypeVar("T")
 
 
@@ -96,6 +98,7 @@ class Endpoint:
         self.limiter, self.max_retries = limiter, max_retries
         self.breaker = breaker or Breaker(float("inf"))  # sees every attempt (hermes.model.breaker)
         # as httpx's Timeout(t) that the SDK was given: each connect and each read, not the total
+        self.seconds = timeout
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         # the limiter bounds what is in flight; every connection is kept for its next request
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=5.0),
@@ -115,12 +118,13 @@ class Endpoint:
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 self.limiter.release(epoch, None)
                 timed_out = isinstance(e, asyncio.TimeoutError)
-                breaker.failed("model endpoint time-out" if timed_out else "model endpoint connection failed",
-                               f"{'no answer in time' if timed_out else 'cannot connect'} ({e or type(e).__name__})")
+                breaker.failed(TIMED_OUT if timed_out else "model endpoint connection failed",
+                               f"no answer within --request_timeout {self.seconds:g} s" if timed_out else
+                               f"cannot connect ({e or type(e).__name__})")
                 if last:
                     raise CallError("model endpoint failed: " + ("Request timed out." if timed_out else
                                                                  "Connection error."), transient=True,
-                                    kind="model endpoint time-out" if timed_out else "model endpoint connection failed") from e
+                                    kind=TIMED_OUT if timed_out else "model endpoint connection failed") from e
                 await asyncio.sleep(retry_wait(retries_done, None))
                 continue
             except BaseException:

@@ -21,7 +21,7 @@ from hermes.environment import read
 from hermes.lazyimport import imported
 from hermes.model import logprobs, sampling
 from hermes.model.breaker import Breaker
-from hermes.model.calls import CallError, CallLoop, Endpoint
+from hermes.model.calls import TIMED_OUT, CallError, CallLoop, Endpoint
 from hermes.model.ratelimit import AdaptiveLimiter
 from hermes.model import textcalls
 from hermes.settings import AgentSettings
@@ -93,8 +93,9 @@ class ModelClient:
     """
 
     def __init__(self, settings: AgentSettings, api_key: str | None = None, *, max_retries: int | None = None,
-                 timeout: float = 600.0, max_in_flight: int | None = None):
-        """max_in_flight: the limiter's ceiling; a run's --num_workers by default (64 for a chat)."""
+                 timeout: float | None = None, max_in_flight: int | None = None):
+        """max_in_flight: the limiter's ceiling; a run's --num_workers by default (64 for a chat).
+        timeout: each request's, in seconds; the settings' --request_timeout by default."""
         self.model = settings.model
         self.max_tokens = settings.max_tokens
         self.extra_body = extra_body(settings)
@@ -107,7 +108,7 @@ class ModelClient:
         self.breaker = Breaker(settings.breaker_seconds)  # shared by every request of the run
         self._base_url = settings.base_url
         self._max_retries = settings.max_retries if max_retries is None else max_retries
-        self._timeout = timeout
+        self._timeout = settings.request_timeout if timeout is None else timeout
         self._lock = threading.Lock()
         self._loop: CallLoop | None = None
         self._sync: openai.OpenAI | None = None
@@ -160,18 +161,26 @@ class ModelClient:
         extra = request.pop("extra_body", {})
         return {**request, **extra}  # as the SDK merges extra_body: its keys win
 
+    def _failed(self, e: CallError) -> ModelError:
+        """A failed call as the ModelError the agent sees; a time-out names the setting that bounds it
+        (a slow CPU server exceeds the default on its first prompt: the fix is to raise it)."""
+        said = str(e)
+        if e.kind == TIMED_OUT:
+            said += f" No answer within --request_timeout {self._timeout:g} s."
+        return ModelError(said, kind=e.kind, transient=e.transient)
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         try:
             return self._read(self._calls().post(self._body(messages, tools)), messages, tools)
         except CallError as e:
-            raise ModelError(str(e), kind=e.kind, transient=e.transient) from e
+            raise self._failed(e) from e
 
     async def complete_async(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         """complete() for a coroutine running on this client's loop (run_on_loop)."""
         try:
             return self._read(await self._calls().endpoint.post(self._body(messages, tools)), messages, tools)
         except CallError as e:
-            raise ModelError(str(e), kind=e.kind, transient=e.transient) from e
+            raise self._failed(e) from e
 
     def start_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
         """Start `coroutine` on the event loop this client's calls go out from (one per client,
@@ -213,10 +222,10 @@ class ModelClient:
             raise ModelError(f"model endpoint answered {e.status_code}: {_error_text(e)}",
                              kind=failure.kind, transient=failure.transient) from e
         except sdk.openai.APIError as e:
-            kind = ("model endpoint time-out" if isinstance(e, sdk.openai.APITimeoutError) else
+            kind = (TIMED_OUT if isinstance(e, sdk.openai.APITimeoutError) else
                     "model endpoint connection failed" if isinstance(e, sdk.openai.APIConnectionError) else
                     "model endpoint failed")
-            raise ModelError(f"model endpoint failed: {e}", kind=kind, transient=True) from e
+            raise self._failed(CallError(f"model endpoint failed: {e}", kind=kind, transient=True)) from e
         except (AssertionError, RuntimeError) as e:  # the stream state refuses a stream that never began
             raise ModelError(f"model endpoint sent an unusable stream: {e}", kind=UNUSABLE) from e
         return self._read(resp.model_dump(exclude_none=True), messages, tools)

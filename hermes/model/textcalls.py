@@ -16,6 +16,13 @@ How `auto` decides (README "Running against open models"):
   `<function=NAME>{...}</function>` (Llama 3.x), `[TOOL_CALLS]` (Mistral), `<tools>{"name",
   "arguments"}</tools>` (seen from Qwen2.5-Coder); an unknown name or JSON that does not parse is
   answered with the same error result a native call would get, so the model can correct itself;
+* calls inside `<tools>` written as XML elements (`<function name="X" arguments='{...}'/>`, ...,
+  hermes.model.callsyntax; Qwen2.5-Coder again) count only when every name is an offered tool:
+  XML is also how a model echoes or describes its tool list;
+* a Python call list (`[terminal(command="ls")]`, Llama 3.2's pythonic format) counts only when it
+  is the whole answer and every name is an offered tool;
+* the same call twice in one answer (same name, same arguments once canonical: a model that
+  repeats its `<tool_call>` in a summary fence) runs once;
 * JSON without a marker (a fenced ```json block, or an answer that is nothing but a JSON object,
   Llama's `{"name", "parameters"}`) is a call only when it has exactly the call's shape (`name`
   plus `arguments` or `parameters`) AND names a tool offered to this prompt: an answer that shows
@@ -31,10 +38,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from hermes.model import callsyntax
+from hermes.model.callsyntax import encode_arguments, native_arguments  # noqa: F401 (normalise's, and the tests')
+
 #: the --tool_call_parser choices (hermes.settings)
-PARSERS = ("auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "none")
+PARSERS = ("auto", "native", "hermes", "json", "llama", "mistral", "qwen3_coder", "pythonic", "none")
 #: how a call can arrive; statistics.json counts calls by these
-FORMATS = ("native", "hermes", "json", "llama", "mistral", "qwen3_coder")
+FORMATS = ("native", "hermes", "json", "llama", "mistral", "qwen3_coder", "pythonic")
 #: the private field of an assistant message with recovered calls: each call's format, in call order
 ARRIVAL_KEY = "hermes_tool_calls_from"
 #: the name given to a call whose marker holds no readable name (it gets the unknown-tool error)
@@ -54,36 +64,6 @@ class Recovered:
     calls: list[TextCall]
 
 
-# --------------------------------------------------------------------------- arguments
-
-def encode_arguments(value: Any) -> str:
-    """A call's arguments as the JSON text a native call carries. A model that wrote its arguments as a
-    JSON-encoded string (`"arguments": "{\\"path\\": ...}"`) meant the object inside: decoded."""
-    if value is None:
-        return "{}"
-    if isinstance(value, str):
-        try:
-            inner = json.loads(value)
-        except ValueError:
-            return value  # not JSON: run_tool answers "Invalid JSON arguments", which the model can read
-        return json.dumps(inner, ensure_ascii=False) if isinstance(inner, dict) else value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def native_arguments(arguments: Any) -> Any:
-    """A native call's arguments, a JSON-encoded string inside its JSON decoded; otherwise as sent."""
-    if isinstance(arguments, str) and arguments.lstrip().startswith('"'):
-        try:
-            inner = json.loads(arguments)
-        except ValueError:
-            return arguments
-        if isinstance(inner, str):
-            decoded = encode_arguments(inner)
-            if decoded.startswith("{"):
-                return decoded
-    return arguments
-
-
 # --------------------------------------------------------------------------- finders
 
 #: (start, end, calls) of one piece of text that holds calls
@@ -96,7 +76,6 @@ _NAME = re.compile(r'"name"\s*:\s*"([^"\\]{1,200})"')
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _TOOLS = re.compile(r"<tools>(.*?)</tools>", re.DOTALL)
 _QWEN_FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|\Z)", re.DOTALL)
-_QWEN_PARAMETER = re.compile(r"<parameter=([^>\s]+)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 _LLAMA_FUNCTION = re.compile(r"<function=([A-Za-z0-9_.\-]+)>\s*(\{.*?\})\s*</function>", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|tool_call|tool_code)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -173,18 +152,7 @@ def _qwen3_coder_call(name: str, body: str, tools: dict[str, dict]) -> TextCall:
         if values and len(values) == 1 and isinstance(values[0], dict):
             return TextCall(name, encode_arguments(values[0]), "qwen3_coder")
     props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
-    args: dict[str, Any] = {}
-    for key, raw in _QWEN_PARAMETER.findall(body):
-        value = raw[1:] if raw.startswith("\n") else raw
-        value = value[:-1] if value.endswith("\n") else value
-        kind = (props.get(key) or {}).get("type")
-        if kind not in (None, "string"):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass  # kept as text: the tool's argument check says what is wrong
-        args[key] = value
-    return TextCall(name, json.dumps(args, ensure_ascii=False), "qwen3_coder")
+    return TextCall(name, json.dumps(callsyntax.parameters(body, props), ensure_ascii=False), "qwen3_coder")
 
 
 def _hermes(text: str, tools: dict[str, dict], explicit: bool) -> Iterator[Span]:
@@ -201,7 +169,12 @@ def _hermes(text: str, tools: dict[str, dict], explicit: bool) -> Iterator[Span]
         yield m.start(), m.end(), _marked_json(inner, "hermes")
     for m in _TOOLS.finditer(text):
         values = _objects(m.group(1))
-        calls = [_call_of(v, "hermes") for v in _flat(values or [])]
+        if values is None:  # not JSON: XML elements (hermes.model.callsyntax), offered names only in auto
+            written = callsyntax.xml_calls(m.group(1), tools)
+            if written and (explicit or all(name in tools for name, _ in written)):
+                yield m.start(), m.end(), [TextCall(n, encode_arguments(a), "hermes") for n, a in written]
+            continue
+        calls = [_call_of(v, "hermes") for v in _flat(values)]
         if calls and all(calls):  # the tool list echoed back (names with descriptions) is not a call
             yield m.start(), m.end(), calls  # type: ignore[misc]
 
@@ -303,6 +276,13 @@ def _mistral(text: str, tools: dict[str, dict], explicit: bool) -> Iterator[Span
         at = nxt
 
 
+def _pythonic(text: str, tools: dict[str, dict], explicit: bool) -> Iterator[Span]:
+    """A whole answer that is a Python call list; in auto only when every name is an offered tool."""
+    written = callsyntax.python_calls(text)
+    if written and (explicit or all(name in tools for name, _ in written)):
+        yield 0, len(text), [TextCall(n, encode_arguments(a), "pythonic") for n, a in written]
+
+
 #: each explicit --tool_call_parser's finders; `auto` uses them all
 FINDERS: dict[str, tuple[Finder, ...]] = {
     "hermes": (_hermes,),
@@ -310,8 +290,9 @@ FINDERS: dict[str, tuple[Finder, ...]] = {
     "llama": (_llama,),
     "mistral": (_mistral,),
     "json": (_json,),
+    "pythonic": (_pythonic,),
 }
-FINDERS["auto"] = (_hermes, _qwen3_coder, _mistral, _llama, _json)
+FINDERS["auto"] = (_hermes, _qwen3_coder, _mistral, _llama, _json, _pythonic)
 
 
 # --------------------------------------------------------------------------- recovery
@@ -343,11 +324,32 @@ def recover(text: str, tools: list[dict[str, Any]], parser: str = "auto") -> Rec
         at = end
     prose.append(text[at:])
     content = "\n".join(p.strip() for p in prose if p.strip())
-    return Recovered(content=content, calls=[c for _, _, calls in spans for c in calls])
+    return Recovered(content=content, calls=_once([c for _, _, calls in spans for c in calls]))
+
+
+def _once(calls: list[TextCall]) -> list[TextCall]:
+    """Each call once: a model that repeats a call in the same answer (its `<tool_call>`, then the
+    same in a summary fence) meant one, and running it twice can do harm (an append, a POST).
+    The first keeps its place and format; the same name with other arguments is another call."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for call in calls:
+        key = (call.name, _canonical(call.arguments))
+        if key not in seen:
+            seen.add(key)
+            kept.append(call)
+    return kept
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return arguments.strip()
 
 
 #: what any call written as text holds: a marker, a fence, or (a whole answer of JSON) a leading { or [
-_MARKS = ("<tool_call>", "<tools>", "<function=", _MISTRAL, _PYTHON_TAG, "```")
+_MARKS = ("<tool_call>", "<tools>", "<function=", _MISTRAL, _PYTHON_TAG, "```", callsyntax.PYTHON_START)
 
 
 def _may_hold_calls(text: str) -> bool:

@@ -142,6 +142,48 @@ def _recovered(text: str, parser: str = "auto"):
      ("", [("terminal", "ls -la", "hermes")])),
     # a marker with no readable name: a call of a name no tool has, so the model is told
     ('<tool_call>{oops}</tool_call>', "auto", ("", [(textcalls.UNREADABLE, "{oops}", "hermes")])),
+    # XML inside <tools> (hermes.model.callsyntax): each shape, prose around kept
+    ('Listing.\n<tools><function name="terminal" arguments=\'{"command": "ls"}\'/></tools>\nDone.', "auto",
+     ("Listing.\nDone.", [("terminal", {"command": "ls"}, "hermes")])),
+    ('<tools><function name="terminal" arguments=\'{"command": "ls > out.txt"}\'></function></tools>', "auto",
+     ("", [("terminal", {"command": "ls > out.txt"}, "hermes")])),  # a `>` inside the quoted attribute
+    ('<tools><function name="terminal" arguments="{}"/><function name="read_file" parameters=\'{"path": "a"}\'/></tools>',
+     "auto", ("", [("terminal", {}, "hermes"), ("read_file", {"path": "a"}, "hermes")])),
+    ('<tools>\n<function>\n<name>write_file</name>\n<arguments>\n<path>a.txt</path>\n<content>\nline 1\nline 2\n</content>\n'
+     '</arguments>\n</function>\n</tools>', "auto",
+     ("", [("write_file", {"path": "a.txt", "content": "line 1\nline 2"}, "hermes")])),
+    ('<tools><function><name>terminal</name><arguments>{"command": "ls"}</arguments></function></tools>', "auto",
+     ("", [("terminal", {"command": "ls"}, "hermes")])),
+    ('<tools><function=terminal>{"command": "ls"}</function></tools>', "auto", ("", [("terminal", {"command": "ls"}, "hermes")])),
+    ('<tools><function=terminal><parameter=command>ls</parameter></function></tools>', "auto",
+     ("", [("terminal", {"command": "ls"}, "hermes")])),
+    ('<tools><function=read_file><path>a</path></function><function=read_file><path>b</path></tools>', "auto",
+     ("", [("read_file", {"path": "a"}, "hermes"), ("read_file", {"path": "b"}, "hermes")])),  # one left unclosed
+    # explicit hermes takes XML calls of any name (the unknown one gets the error result)
+    ('<tools><function name="bash" arguments=\'{"command": "ls"}\'/></tools>', "hermes",
+     ("", [("bash", {"command": "ls"}, "hermes")])),
+    # pythonic: explicit any name; auto a whole answer of offered tools only
+    ('[terminal(command="ls"), read_file(path="a", limit=5)]', "auto",
+     ("", [("terminal", {"command": "ls"}, "pythonic"), ("read_file", {"path": "a", "limit": 5}, "pythonic")])),
+    ('<|python_start|>[terminal(command="ls", background=False)]<|python_end|>', "pythonic",
+     ("", [("terminal", {"command": "ls", "background": False}, "pythonic")])),
+    ('[web_search(query="x")]', "pythonic", ("", [("web_search", {"query": "x"}, "pythonic")])),
+    ('[web_search(query="x")]', "auto", None),
+    ('[terminal(command=os.system("rm -rf /"))]', "pythonic", None),  # not a literal: never evaluated
+    ('[terminal("ls")]', "pythonic", None),  # positional: no argument name
+    ('[terminal(command="ls")]', "hermes", None),
+    # the same call twice in one answer runs once, whatever formats it came in
+    ('<tool_call>{"name": "terminal", "arguments": {"command": "ls", "timeout": 5}}</tool_call>\n'
+     '```json\n{"name": "terminal", "arguments": {"timeout": 5, "command": "ls"}}\n```', "auto",
+     ("", [("terminal", {"command": "ls", "timeout": 5}, "hermes")])),
+    ('<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}</tool_call>'
+     '<tool_call>{"name": "terminal", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>', "auto",
+     ("", [("terminal", {"command": "ls"}, "hermes")])),  # once decoded, the same arguments
+    ('<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}</tool_call>'
+     '<tool_call>{"name": "read_file", "arguments": {"command": "ls"}}</tool_call>'
+     '<tool_call>{"name": "terminal", "arguments": {"command": "ls -a"}}</tool_call>', "auto",
+     ("", [("terminal", {"command": "ls"}, "hermes"), ("read_file", {"command": "ls"}, "hermes"),
+           ("terminal", {"command": "ls -a"}, "hermes")])),  # another name or other arguments: other calls
 ])
 def test_each_format(text, parser, expected):
     assert _recovered(text, parser) == expected
@@ -157,6 +199,12 @@ def test_each_format(text, parser, expected):
     '[TOOL_CALLS] are how Mistral marks calls.',
     '<tool_call>',  # a cut-off answer
     '<tool_call>{"name": "terminal", "arguments": {"command": "ls"',  # cut off mid-call: not a call of its own
+    '<tools><function name="terminal"/></tools>',  # a name without arguments: a record
+    '<tools><function name="terminal" description="runs commands" arguments="{}"/></tools>',  # describes a tool
+    '<tools><function name="terminal" arguments="{}"/><function name="nope" arguments="{}"/></tools>',  # one unoffered
+    '<tools>terminal, read_file</tools>',
+    '[terminal(command="ls")] and then I will read it',  # a call list inside prose
+    '[1, 2, 3]',
     '',
 ])
 def test_texts_that_are_not_calls(text):
