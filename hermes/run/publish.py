@@ -188,6 +188,7 @@ class Publication:
         import pyarrow.parquet  # noqa: F401
 
         self._schema = self._schema or self.shape.schema()
+        self.target.warm()
 
     def close(self) -> None:
         if self._lock_fd is not None:
