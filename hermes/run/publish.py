@@ -34,7 +34,9 @@ ones so when fewer than 16) or reads them all within COMPACT_GRACE of its listin
 small shard and the revealed compacted one needs a read of the small one before step 2 and a read
 of the compacted one after step 3, which in name order come the other way round, and are otherwise
 at least COMPACT_GRACE apart. The window (steps 1-3) happens at a run's end only (and on
-`hermes-batch publish`), when small shards are compacted; a reader that meets it lists again.
+`hermes-batch publish`), when small shards are compacted; a reader that meets it lists again. A
+worker killed inside it leaves the marker (loud, never wrong) until the next invocation's open()
+goes through the three steps again.
 
 Which entries: per key, its first line that did not fail (the merge's winner), when it is kept
 (completed or partial), calls no hallucinated tool, passes --require_check_pass when the run has it,

@@ -9,7 +9,6 @@ container is made.
 """
 from __future__ import annotations
 
-import collections
 import datetime
 import json
 import os
@@ -348,72 +347,3 @@ def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(
         assert [m["content"] for m in row["messages"]] == [m.get("content") for m in want["messages"]]
         assert len(row["turns"]) == len(want["turns"])
 
-
-def test_compaction_shows_a_reader_that_lists_then_reads_either_a_whole_dataset_or_an_error(tmp_path, monkeypatch):
-    """Every moment a reader could list the folder, and every later moment it could read each listed file
-    (in name order, as datasets reads them): what it gets is an error (a listed shard gone, or the
-    marker) or exactly every entry once. The folder is real; the store is wrapped only to copy the
-    folder after each single-file step of the compaction."""
-    import itertools
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from hermes.data.run_paths import RunPaths
-    from hermes.run import publish
-
-    run = tmp_path / "run"
-    run.mkdir()
-    for num in range(5):  # five batches of three entries: five small shards
-        RunPaths(run).batch(num).write_text("".join(json.dumps({
-            "prompt_index": 3 * num + i, "conversations": [{"from": "human", "value": f"q{3 * num + i}"}],
-            "metadata": {}, "completed": True, "partial": False, "api_calls": 1, "toolsets_used": [],
-            "tool_stats": {}, "tool_error_counts": {},
-            "hermes": {"status": "completed", "key": f"k{3 * num + i}"}}) + "\n" for i in range(3)))
-    folder = tmp_path / "published"
-    pub = publish.Publication(run, str(folder), "sharegpt", every="3").open()
-    pub.catch_up()
-    pub.flush()
-    before = sorted(p.name for p in (folder / "data").glob("*.parquet"))
-    assert len(before) == 5
-
-    states = []  # the folder's files after each step: name -> bytes
-
-    def snapshot():
-        states.append({p.name: p.read_bytes() for p in (folder / "data").glob("*.parquet")})
-
-    store = pub.target.store
-    for method in ("put_file", "put_bytes", "remove"):
-        def spied(*args, _real=getattr(store, method)):
-            _real(*args)
-            snapshot()
-        monkeypatch.setattr(store, method, spied)
-    monkeypatch.setattr(publish, "COMPACT_GRACE", 0.0)  # the grace protects readers out of name order only
-    snapshot()
-    assert pub.compact() == 1
-    pub.close()
-    after = sorted(p.name for p in (folder / "data").glob("*.parquet"))
-    assert len(after) == 1 and after[0].startswith("compact-") and after[0] < before[0]  # sorts first
-
-    everyone = list(range(15))
-    outcomes = collections.Counter()
-    for listed_at, listing in enumerate(states):
-        names = sorted(listing)
-        # each listed file is read at some later step, in name order: non-decreasing steps from listed_at
-        for steps in itertools.combinations_with_replacement(range(listed_at, len(states)), len(names)):
-            got, error = [], None
-            for name, step in zip(names, steps):
-                data = states[step].get(name)
-                if data is None:
-                    error = "gone"
-                    break
-                if data == publish.COMPACTING:
-                    error = "marker"
-                    break
-                got += pq.read_table(pa.BufferReader(data)).column("prompt_index").to_pylist()
-            if error:
-                outcomes[error] += 1
-            else:
-                assert sorted(got) == everyone, (listed_at, steps, sorted(got))
-                outcomes["whole"] += 1
-    assert outcomes["whole"] and outcomes["gone"] and outcomes["marker"], outcomes
