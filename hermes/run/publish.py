@@ -6,7 +6,7 @@ journal, local to the run folder (publish/<id>/state.jsonl, appended and fsync'e
     {"op": "shard", "seq": 7, "name": "part-000007-<digest>.parquet", "ranges": [[batch, start, end], ...], "rows": 40}
     {"op": "done", "seq": 7}
     {"op": "skip", "seq": 8, "ranges": [...]}                  journal bytes with nothing to publish
-    {"op": "compact", "seq": 9, "name": "compact-999990-<digest>.parquet", "ranges": [...], "rows": ..., "replaces": [names]}
+    {"op": "compact", "seq": 9, "name": "compact-9999999990-<digest>.parquet", "ranges": [...], "rows": ..., "replaces": [names]}
 
 A shard is the entries of byte ranges of batch files. Its line is written BEFORE the shard is made
 visible, so a run killed at any moment finds, on resume, either nothing (the ranges are published
@@ -328,7 +328,7 @@ class Publication:
     def _name(seq: int, ranges: list, kind: str = "part") -> str:
         digest = hashlib.sha256(json.dumps(ranges).encode()).hexdigest()[:8]
         # a compacted shard's name sorts before the shards it replaces, a later one's before an earlier's
-        return f"{kind}-{seq if kind == 'part' else 999_999 - seq:06d}-{digest}.parquet"
+        return f"part-{seq:06d}-{digest}.parquet" if kind == "part" else f"compact-{10**10 - 1 - seq:010d}-{digest}.parquet"
 
     def _write(self, step: dict, chunks: Iterator[list[dict]], logged: bool = False) -> None:
         """Write the rows to a local file, log the step (unless it is an earlier invocation's), make
