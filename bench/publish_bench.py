@@ -117,7 +117,7 @@ def one(scratch: Path, n: int, publish: bool, tag: str, endpoint: str, every: st
             poller.join()
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
-    result = {"publish": publish, "wall": t1 - t0, "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime), "goodput": n / (t1 - t0),
+    result = {"publish": publish, "load": os.getloadavg()[0], "wall": t1 - t0, "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime), "goodput": n / (t1 - t0),
               "steady": n / max(times["last"] - times["first"], 1e-9), "window": times["last"] - times["first"]}
     if poller:
         result["delays"] = delays(out / run_name, poller.seen)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = one(scratch, a.prompts, publish, f"{i}-{int(publish)}", endpoint, a.every)
                 runs.append(r)
                 print(f"run {i} publish={publish}: wall {r['wall']:.2f} s, {r['goodput']:.1f} prompts/s end to end, "
-                      f"{r['steady']:.1f} steady, CPU {r['cpu']:.2f} s", flush=True)
+                      f"{r['steady']:.1f} steady, CPU {r['cpu']:.2f} s, load {r['load']:.1f}", flush=True)
     finally:
         s3.kill()
     summary = {}
@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                         "on/off pairs": [round(x, 3) for x in pairs], "on/off median": statistics.median(pairs)}
         print(f"{key}: with {statistics.median(on):.2f}, without {statistics.median(off):.2f}; "
               f"ratio per pair {[round(x, 3) for x in pairs]}, median {statistics.median(pairs):.3f}")
+    loads = [r["load"] for r in runs]
+    summary["load"] = {"min": min(loads), "median": statistics.median(loads), "max": max(loads)}
+    print(f"load average (1 min) at the runs' ends: {min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}")
     d = sorted(x for r in runs if r.get("delays") for x in r["delays"])
     if d:
         summary["visibility_s"] = {"median": statistics.median(d), "p90": d[int(0.9 * (len(d) - 1))], "max": d[-1]}

@@ -190,12 +190,16 @@ class PrefectSteps(orchestration.Steps):
                 raise
             return run_owed(batch.num, batch.rows, ctx)
 
-    def merge(self, run_path: Path, max_failed_share: float) -> dict[str, Any]:
+    def merge(self, run_path: Path, max_failed_share: float,
+              before_report: Callable[[], Any] = lambda: None) -> dict[str, Any]:
         if self._progress:
             self._progress.close()
         if not self.link.answers():
-            return merge.merge(run_path)
-        merged = merge_run(run_path, wait_for=[allow_failure(f) for f in self._landed], return_state=True)
-        stats = merged.result()
+            return super().merge(run_path, max_failed_share, before_report)
+        try:
+            merged = merge_run(run_path, wait_for=[allow_failure(f) for f in self._landed], return_state=True)
+            stats = merged.result()
+        finally:
+            before_report()  # the publishing worker's end, overlapped with the merge; the report reads its summary
         self.link.call("publish the report", lambda: publish(run_path, stats, max_failed_share, wait_for=[merged]))
         return stats

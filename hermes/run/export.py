@@ -29,7 +29,6 @@ from typing import Any, Callable, Iterable, Iterator
 
 from hermes.errors import HermesError
 from hermes.data.run_paths import RunPaths
-from hermes.run import export_rl
 
 FORMATS = ("openai", "sharegpt", "parquet", "rl")
 ONLY = {
@@ -165,6 +164,10 @@ def export(run_path: Path, fmt: str, output: Path | None = None, only: str | Non
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     if fmt == "rl":  # from the journal: the tokens and logprobs are not in trajectories.jsonl (hermes.run.export_rl)
+        # imported here: it loads the journal's pydantic models, a tenth of a second that the
+        # publishing worker (which imports this module for openai_record) would pay at every start
+        from hermes.run import export_rl
+
         with open(tmp, "wb") as out:
             try:
                 count = export_rl.write(run_path, out, lambda e: openai_record(e, reasoning),

@@ -102,8 +102,14 @@ class Steps:
     def record(self, session: RunSession, batch: Batch) -> None:
         session.record(batch)
 
-    def merge(self, run_path: Path, max_failed_share: float) -> dict[str, Any]:
-        return merge.merge(run_path)
+    def merge(self, run_path: Path, max_failed_share: float,
+              before_report: Callable[[], Any] = lambda: None) -> dict[str, Any]:
+        """The merge; before_report() is called once the merge is done (before a report is made:
+        the publishing worker's summary goes into it), so the worker's end overlaps the merge."""
+        try:
+            return merge.merge(run_path)
+        finally:
+            before_report()
 
 
 #: allocations between two collections of the youngest generation (Python's default: 700)
@@ -277,8 +283,9 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
         if tail:
             tail.stop()
         session.close()
-    publisher.finish()  # the rest, compacted; the report (in merge) reads its summary from the run folder
-    stats = steps.merge(session.path, settings.max_failed_share)
+    # the worker publishes the rest (and compacts) while the merge runs; the merge waits for it before the
+    # report (which reads its summary), and before the run returns: the dataset is complete then
+    stats = steps.merge(session.path, settings.max_failed_share, before_report=publisher.finish)
     endpoint.raise_if_down(breaker, stats, session.path, down)
     check_failed_share(stats, settings.max_failed_share, session.path)
     tool_use.report(stats)  # agents that never acted: said loudly (hermes.run.tool_use)

@@ -6,13 +6,37 @@ journal, local to the run folder (publish/<id>/state.jsonl, appended and fsync'e
     {"op": "shard", "seq": 7, "name": "part-000007-<digest>.parquet", "ranges": [[batch, start, end], ...], "rows": 40}
     {"op": "done", "seq": 7}
     {"op": "skip", "seq": 8, "ranges": [...]}                  journal bytes with nothing to publish
-    {"op": "compact", "seq": 9, "name": ..., "ranges": [...], "rows": ..., "replaces": [names]}
+    {"op": "compact", "seq": 9, "name": "compact-9999999990-<digest>.parquet", "ranges": [...], "rows": ..., "replaces": [names]}
 
 A shard is the entries of byte ranges of batch files. Its line is written BEFORE the shard is made
 visible, so a run killed at any moment finds, on resume, either nothing (the ranges are published
 again, from scratch) or the shard's ranges (the same shard is written again under the same name, with
 the same rows: the journal only grows): no entry is skipped, none is published twice. `done` marks a
-shard visible; a `compact` line names the shards it replaces, removed after it is visible.
+shard visible; a `compact` line names the shards it replaces.
+
+Compaction and glob readers. A reader of `URL/**/*.parquet` lists the files, then reads them. No
+order of single-file steps on a folder or S3 (neither has a multi-file atomic step) can move rows
+from small shards into a compacted one without some listing showing both (an entry twice), or
+neither (entries missing), or a listed file gone when read. So compaction makes every inconsistent
+moment LOUD rather than silent, in three steps:
+
+  1. mark: the compacted shard's name is written first holding COMPACTING (not Parquet: reading it
+     fails); its name sorts before every shard it replaces ("compact-" < "part-", and a later
+     compaction's before an earlier one's);
+  2. remove the small shards it replaces, then wait COMPACT_GRACE seconds;
+  3. reveal: the compacted shard's bytes replace the marker in one atomic write.
+
+A load (list, then read) sees one of: the small shards (listed and read before step 2: the old
+files, consistent), the compacted shard alone (listed after step 3: consistent), or an error: the
+marker is not Parquet, or a listed small shard is gone. It never sees an entry twice nor a dataset
+that shrank, provided it reads the files in name order (datasets reads local files so, and remote
+ones so when fewer than 16) or reads them all within COMPACT_GRACE of its listing: seeing both a
+small shard and the revealed compacted one needs a read of the small one before step 2 and a read
+of the compacted one after step 3, which in name order come the other way round, and are otherwise
+at least COMPACT_GRACE apart. The window (steps 1-3) happens at a run's end only (and on
+`hermes-batch publish`), when small shards are compacted; a reader that meets it lists again. A
+worker killed inside it leaves the marker (loud, never wrong) until the next invocation's open()
+goes through the three steps again.
 
 Which entries: per key, its first line that did not fail (the merge's winner), when it is kept
 (completed or partial), calls no hallucinated tool, passes --require_check_pass when the run has it,
@@ -47,6 +71,11 @@ log = logging.getLogger(__name__)
 
 #: a compacted shard holds at most this many entries; shards below half of it are compacted
 COMPACT_ROWS = 50_000
+#: seconds between the last small shard's removal and the compacted shard's reveal (the module's
+#: docstring: a reader reading out of name order is protected when its load is shorter than this)
+COMPACT_GRACE = 2.0
+#: what a compacted shard's name holds until its rows are revealed: not Parquet, so a reader fails
+COMPACTING = b"hermes-batch: compaction in progress; list the files again\n"
 #: rows held for a shard at most, whatever --publish_every says (memory stays bounded)
 MAX_PENDING = 10_000
 #: hermes.data.entry.KEPT's values (tests/run/test_publish.py holds them equal): importing that module
@@ -151,9 +180,17 @@ class Publication:
                     unfinished[step["seq"]] = step
         for step in unfinished.values():  # in order: a shard before the compaction that may follow it
             log.info("publish: finishing %s %s left by an earlier invocation", step["op"], step["name"])
-            self._write(step["name"], self._rows_of(step["ranges"]), step["ranges"])
-            self._finish(step)
+            self._write(step, self._rows_of(step["ranges"]), logged=True)
         return self
+
+    def prepare(self) -> None:
+        """Load what writing a shard needs (pyarrow, the schema) now, not when the first shard is due:
+        the worker calls it at its start, while the run's prompts go, so that the run's end does not
+        wait for it."""
+        import pyarrow.parquet  # noqa: F401
+
+        self._schema = self._schema or self.shape.schema()
+        self.target.warm()
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -168,8 +205,7 @@ class Publication:
             self.live.pop(name, None)
         self.live[step["name"]] = {"seq": step["seq"], "rows": step["rows"], "ranges": step["ranges"]}
 
-    def _finish(self, step: dict) -> None:
-        self.target.remove(list(step.get("replaces", ())))
+    def _done(self, step: dict) -> None:
         self._log({"op": "done", "seq": step["seq"]})
         self._visible(step)
 
@@ -250,7 +286,7 @@ class Publication:
             return None
         return max(0.0, self.every_seconds - (time.monotonic() - self.pending.since))
 
-    def flush(self) -> str | None:
+    def flush(self, manifest: bool = True) -> str | None:
         """The pending rows as one shard (its name), or a skip line when there are none."""
         p, self.pending = self.pending, _Pending()
         if not p.ranges:
@@ -262,14 +298,14 @@ class Publication:
             return None
         step = {"op": "shard", "seq": self.seq, "name": self._name(self.seq, ranges), "ranges": ranges,
                 "rows": len(p.rows)}
-        self._write(step["name"], iter([p.rows]), ranges, before=step)
-        self._finish(step)
-        self.write_manifest(complete=False)
+        self._write(step, iter([p.rows]))
+        if manifest:
+            self.write_manifest(complete=False)
         return step["name"]
 
     def compact(self) -> int:
         """Shards under half of COMPACT_ROWS, in runs of consecutive ones, become one shard each
-        (at most COMPACT_ROWS entries): written whole first, the small ones removed after."""
+        (at most COMPACT_ROWS entries): mark, remove, reveal (the module's docstring)."""
         groups, group = [], []
         for name, shard in sorted(self.live.items(), key=lambda kv: kv[1]["seq"]):
             if shard["rows"] >= COMPACT_ROWS // 2 or sum(s["rows"] for _, s in group) + shard["rows"] > COMPACT_ROWS:
@@ -282,34 +318,42 @@ class Publication:
         for group in (g for g in groups if len(g) > 1):
             ranges = [r for _, s in group for r in s["ranges"]]
             self.seq += 1
-            step = {"op": "compact", "seq": self.seq, "name": self._name(self.seq, ranges), "ranges": ranges,
-                    "rows": sum(s["rows"] for _, s in group), "replaces": [n for n, _ in group]}
-            self._write(step["name"], self._rows_of(ranges), ranges, before=step)
-            self._finish(step)
+            step = {"op": "compact", "seq": self.seq, "name": self._name(self.seq, ranges, "compact"),
+                    "ranges": ranges, "rows": sum(s["rows"] for _, s in group), "replaces": [n for n, _ in group]}
+            self._write(step, self._rows_of(ranges))
             done += 1
         return done
 
     @staticmethod
-    def _name(seq: int, ranges: list) -> str:
-        return f"part-{seq:06d}-{hashlib.sha256(json.dumps(ranges).encode()).hexdigest()[:8]}.parquet"
+    def _name(seq: int, ranges: list, kind: str = "part") -> str:
+        digest = hashlib.sha256(json.dumps(ranges).encode()).hexdigest()[:8]
+        # a compacted shard's name sorts before the shards it replaces, a later one's before an earlier's
+        return f"part-{seq:06d}-{digest}.parquet" if kind == "part" else f"compact-{10**10 - 1 - seq:010d}-{digest}.parquet"
 
-    def _write(self, name: str, chunks: Iterator[list[dict]], ranges: list, before: dict | None = None) -> None:
-        """Write the rows to a local file, log `before` (the step), then make the shard visible."""
+    def _write(self, step: dict, chunks: Iterator[list[dict]], logged: bool = False) -> None:
+        """Write the rows to a local file, log the step (unless it is an earlier invocation's), make
+        the shard visible (a compaction: mark, remove, reveal), then log it done."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = self._schema = self._schema or self.shape.schema()
+        name, replaces = step["name"], list(step.get("replaces", ()))
         local = self.dir / f".{name}.local"
         with pq.ParquetWriter(local, schema) as writer:
             for rows in chunks:
                 if rows:
                     writer.write_table(pa.Table.from_pylist(rows, schema=schema))
         try:
-            if before is not None:
-                self._log(before)
+            if not logged:
+                self._log(step)
+            if replaces:
+                self.target.put_bytes(COMPACTING, f"data/{name}")
+                self.target.remove(replaces)
+                time.sleep(COMPACT_GRACE)
             self.target.put(local, f"data/{name}")
         finally:
             local.unlink(missing_ok=True)
+        self._done(step)
 
     def write_manifest(self, complete: bool) -> None:
         shards = [{"name": n, **s} for n, s in sorted(self.live.items(), key=lambda kv: kv[1]["seq"])]
@@ -317,7 +361,7 @@ class Publication:
             "run_name": self.run_path.name, "url": self.target.url, "format": self.fmt, "only": self.only,
             "complete": complete, "entries": sum(s["rows"] for s in shards), "shards": shards,
             # a shard's entries: byte ranges [batch, start, end) of the run's batch files
-            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, self.dir)
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def summary(self) -> dict[str, Any]:
         return {"url": self.target.url, "format": self.fmt, "only": self.only, "shards": len(self.live),
@@ -328,7 +372,7 @@ class Publication:
         """The end of an invocation (or `hermes-batch publish`): everything landed goes out, small
         shards are compacted, the manifest says complete; a summary is kept in the run folder."""
         self.catch_up()
-        self.flush()
+        self.flush(manifest=False)  # the manifest is written once, complete, below
         self.compact()
         self.write_manifest(complete=True)
         summary = self.summary()

@@ -87,7 +87,9 @@ def filesystem(url: str):
 
 class Reader(threading.Thread):
     """Loads the published dataset again and again while the run goes, as a trainer would; notes
-    every listing's shards and whether each one read whole."""
+    every listing's shards and whether each one read whole. A load either fails loudly in the
+    compaction's window (a listed shard gone, or the compacted shard's marker, which is no Parquet:
+    hermes.run.publish's docstring) or is the whole dataset as it was: no entry twice, none lost."""
 
     def __init__(self, url: str, cache: Path):
         super().__init__(daemon=True)
@@ -96,11 +98,15 @@ class Reader(threading.Thread):
         self.loads: list[set[int]] = []  # the distinct prompt indices of each successful load
         self.problems: list[str] = []
         self.missing: list[str] = []  # files listed then gone before read (compaction's window)
+        self.marked: list[str] = []  # compacted shards read while they held the marker (the same window)
         self.listed: set[str] = set()
 
     def run(self) -> None:
         import datasets
+        import pyarrow as pa
         import pyarrow.parquet as pq
+
+        from hermes.run.publish import COMPACTING
 
         datasets.disable_progress_bars()
         fs, root = filesystem(self.url)
@@ -116,10 +122,15 @@ class Reader(threading.Thread):
                     continue
                 self.listed.add(Path(p).name)
                 try:
-                    with fs.open(p, "rb") as f:
-                        pq.read_metadata(f)  # a partial file has no footer
+                    data = fs.cat_file(p)
                 except FileNotFoundError:
                     self.missing.append(Path(p).name)
+                    continue
+                if data == COMPACTING:
+                    self.marked.append(Path(p).name)
+                    continue
+                try:
+                    pq.read_metadata(pa.BufferReader(data))  # a partial file has no footer
                 except Exception as e:  # noqa: BLE001 (any failure to read a listed shard is the finding)
                     self.problems.append(f"{p} listed but not a whole Parquet file: {e!r}")
             if not names:
@@ -134,10 +145,15 @@ class Reader(threading.Thread):
                 gone = _vanished(e)  # datasets wraps a shard gone mid-read (the same window) in its own error
                 if gone is not None:
                     self.missing.append(gone)
+                elif _marker(e):
+                    self.marked.append(repr(e))
                 else:
                     self.problems.append(f"load_dataset failed mid-run: {e!r}")
                 continue
-            seen = set(ds["prompt_index"])
+            indices = ds["prompt_index"]
+            seen = set(indices)
+            if len(seen) != len(indices):
+                self.problems.append(f"a load holds an entry twice: {len(indices)} rows, {len(seen)} entries")
             if self.loads and not self.loads[-1] <= seen:
                 self.problems.append(f"the dataset shrank: {sorted(self.loads[-1] - seen)} gone")
             self.loads.append(seen)
@@ -152,6 +168,21 @@ def _vanished(error: BaseException) -> str | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def _marker(error: BaseException) -> bool:
+    """Whether `error` (or its cause or context) is pyarrow's refusal of a file that is no Parquet: the
+    compacted shard's marker (a partial shard would be refused so too: the reader's own listing, which
+    reads every listed file's bytes, tells the two apart)."""
+    import pyarrow as pa
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, pa.ArrowInvalid) and "magic bytes" in str(error):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def normal(value):
@@ -231,6 +262,9 @@ def test_a_kill_storm_publishes_every_final_entry_exactly_once(where, tmp_path, 
     assert names == sorted(s["name"] for s in manifest["shards"]) and manifest["complete"]
     # files a reader saw vanish are only those a compaction replaced, never a shard of the final set
     assert not {Path(m).name for m in reader.missing} & set(names)
+    # a marker was only ever read under a compacted shard's name, and only when a compaction happened
+    assert all(m.startswith("compact-") for m in reader.marked if m.endswith(".parquet")), reader.marked[:5]
+    assert not reader.marked or any(n.startswith("compact-") for n in names), reader.marked[:5]
 
     published = pq.read_table([f"{root}/data/{n}" for n in names], filesystem=fs) if len(names) > 1 else \
         pq.read_table(f"{root}/data/{names[0]}", filesystem=fs)
@@ -312,3 +346,4 @@ def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(
         assert (row["prompt_index"], row["reward"], row["tools"]) == (want["prompt_index"], want["reward"], want["tools"])
         assert [m["content"] for m in row["messages"]] == [m.get("content") for m in want["messages"]]
         assert len(row["turns"]) == len(want["turns"])
+
