@@ -8,7 +8,6 @@ serves them; Chromium drives the pages; screenshots go to the test's tmp folder.
 """
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from hermes.run import direct
 from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
 from tests.helpers import write_dataset
+from tests.wire_server import WireServer, completion, error
 from tests.view.test_viewer import ROOT, browser, page, shown  # noqa: F401 (fixtures)
 
 CHECK = 'grep -q ok out.txt && echo "PASS: out.txt says ok" || { echo "FAIL: out.txt says $(cat out.txt)"; exit 1; }'
@@ -43,66 +43,40 @@ ROWS = [{"prompt": f"PLAN:{name} Make out.txt say ok.", "check": CHECK, "case": 
 
 
 class PlannedModel:
-    """An OpenAI-compatible server: the n-th conversation of a prompt follows plan n (the last plan
-    once they run out); each assistant turn is the plan's next step (a terminal call or words)."""
+    """An OpenAI-compatible server (tests/wire_server.py): the n-th conversation of a prompt follows
+    plan n (the last plan once they run out); each assistant turn is the plan's next step (a terminal
+    call or words). A run asks without streaming: plain chat completions are the wire format here."""
 
     def __init__(self, plans: dict[str, list[list[dict]]]):
-        self.plans, self.seen, lock, outer = plans, {}, threading.Lock(), self
+        self.plans, self.seen, self.lock = plans, {}, threading.Lock()
+        self.wire = WireServer(self.answer).__enter__()
+        self.base_url = self.wire.base_url
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                msgs = body["messages"]
-                user = next(m["content"] for m in msgs if m["role"] == "user")
-                user = user if isinstance(user, str) else json.dumps(user)
-                name = user.split("PLAN:", 1)[1].split()[0] if "PLAN:" in user else ""
-                turn = sum(m["role"] == "assistant" for m in msgs)
-                with lock:
-                    if turn == 0:
-                        outer.seen[user] = outer.seen.get(user, 0) + 1
-                    n = outer.seen.get(user, 1)
-                plans = outer.plans.get(name) or [[{"say": "Done."}]]
-                plan = plans[min(n, len(plans)) - 1]
-                step = plan[turn] if turn < len(plan) else {"say": "Done."}
-                if "call" in step:
-                    call = {"id": f"call_{n}_{turn}", "type": "function",
-                            "function": {"name": "terminal", "arguments": json.dumps(step["call"])}}
-                    message, finish = {"role": "assistant", "content": None, "reasoning_content": "Act.",
-                                       "tool_calls": [call]}, "tool_calls"
-                else:
-                    message, finish = {"role": "assistant", "content": step["say"], "reasoning_content": "Say."}, "stop"
-                chunk = {"id": "c", "created": 0, "model": body["model"]}
-                if not body.get("stream"):
-                    data = json.dumps({**chunk, "object": "chat.completion", "choices": [
-                        {"index": 0, "message": message, "finish_reason": finish}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                delta = {k: v for k, v in message.items() if v is not None}
-                if "tool_calls" in delta:
-                    delta["tool_calls"] = [{"index": 0, **c} for c in delta["tool_calls"]]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for c in ({**chunk, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                          {**chunk, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}):
-                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+    def answer(self, method: str, path: str, body: dict) -> tuple[int, dict]:
+        if method != "POST":  # no model list: the run's endpoint check goes on to a completion
+            return error(404, f"no {path} here")
+        msgs = body["messages"]
+        user = next(m["content"] for m in msgs if m["role"] == "user")
+        user = user if isinstance(user, str) else json.dumps(user)
+        name = user.split("PLAN:", 1)[1].split()[0] if "PLAN:" in user else ""
+        turn = sum(m["role"] == "assistant" for m in msgs)
+        with self.lock:
+            if turn == 0:
+                self.seen[user] = self.seen.get(user, 0) + 1
+            n = self.seen.get(user, 1)
+        plans = self.plans.get(name) or [[{"say": "Done."}]]
+        plan = plans[min(n, len(plans)) - 1]
+        step = plan[turn] if turn < len(plan) else {"say": "Done."}
+        if "call" not in step:
+            return 200, completion(step["say"], reasoning="Say.")
+        reply = completion(None, reasoning="Act.")
+        reply["choices"][0]["message"]["tool_calls"] = [{"id": f"call_{n}_{turn}", "type": "function", "function": {
+            "name": "terminal", "arguments": json.dumps(step["call"])}}]
+        reply["choices"][0]["finish_reason"] = "tool_calls"
+        return 200, reply
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.wire.__exit__(None, None, None)
 
 
 def make_run(tmp: Path, name: str, plans: dict, attempts: int, resume: bool = False) -> dict:
