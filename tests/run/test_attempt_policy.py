@@ -43,9 +43,10 @@ def rows(**tasks: dict) -> list[dict]:
 
 def run(tmp_path: Path, data: list[dict], name: str, base_url: str, **kw) -> dict:
     dataset = write_dataset(tmp_path / f"{name}.jsonl", data)
+    kw = {"batch_size": 2, "num_workers": 2, **kw}
     return direct.run(RunSettings(dataset_file=str(dataset), run_name=name, output_dir=str(tmp_path / "data"),
-                                  base_url=base_url, model="mock-model", batch_size=2, num_workers=2,
-                                  sandbox=SandboxSettings(), distribution="terminal_only", **kw))
+                                  base_url=base_url, model="mock-model", sandbox=SandboxSettings(),
+                                  distribution="terminal_only", **kw))
 
 
 def lines_of(tmp_path: Path, name: str) -> list[dict]:
@@ -98,7 +99,9 @@ def test_first_pass_stops_each_task_at_its_first_passed_check(tmp_path, mock_llm
 
 def test_all_keeps_running_every_attempt_and_pass_at_k(tmp_path, mock_llm, sandbox_image):
     name = unique_run("all")
-    stats = run(tmp_path, rows(first={"pass_on": [1]}, never={"pass_chance": 0}), name, mock_llm.base_url, attempts=2)
+    # one prompt at a time: under `all` a task's attempts may otherwise reach the model in any order
+    stats = run(tmp_path, rows(first={"pass_on": [1]}, never={"pass_chance": 0}), name, mock_llm.base_url, attempts=2,
+                num_workers=1)
     assert groups(lines_of(tmp_path, name)) == {"first": [(1, "completed", True), (2, "completed", False)],
                                                 "never": [(1, "completed", False), (2, "completed", False)]}
     assert stats["task_statistics"]["pass_at_k"] == {"1": 0.25, "2": 0.5}  # n=2: c=1 -> 1/2, 1; c=0 -> 0, 0
