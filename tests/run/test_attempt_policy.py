@@ -194,6 +194,25 @@ def test_a_task_folder_solved_at_attempt_2_of_4_runs_exactly_2(tmp_path, mock_ll
     assert containers_of(docker_engine, name) == []
 
 
+def first_pass_of(row: dict, dataset: Path, k: int = 4, sampling_seed: int = 1) -> list[tuple[int, str, bool]]:
+    """The attempts first_pass runs of a pass_chance row, from the seeds hermes sends (turn 0 of each)."""
+    from hermes.data.dataset import read_dataset
+    from hermes.model.sampling import call_seed
+    from mockllm.branches import draw
+    from mockllm.conversation import conversation_token
+
+    ds = read_dataset(dataset, attempts=k)
+    index = [r["prompt"] for r in read_jsonl(dataset)].index(row["prompt"])
+    chance = json.loads(row["prompt"].split("MOCK_SCRIPT: ", 1)[1])["pass_chance"]
+    out = []
+    for n, key in enumerate(ds.keys()[index * k:(index + 1) * k], start=1):
+        passed = draw(conversation_token(row["prompt"]), f"seed {call_seed(sampling_seed, key, 0)}") < chance
+        out.append((n, "completed", passed))
+        if passed:
+            break
+    return out
+
+
 def _cli(dataset: Path, out: Path, name: str, base_url: str) -> list[str]:
     return [shutil.which("hermes-batch") or "hermes-batch", "run", f"--dataset_file={dataset}", f"--run_name={name}",
             f"--output_dir={out}", f"--base_url={base_url}", "--model=mock-model", "--batch_size=1", "--num_workers=2",
@@ -213,7 +232,10 @@ def test_sigkill_after_a_verdict_then_resume_runs_the_same_attempts_as_an_uninte
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     expected = groups(lines_of(tmp_path, clean))
-    assert any(len(v) > 1 for v in expected.values())  # some task needed a further attempt after a verdict
+    # the verdicts the seeds draw (mockllm.branches): a and c pass at their second attempt, b at its first
+    assert expected == {t: first_pass_of(row, dataset) for t, row in zip("abc", data)} == {
+        "a": [(1, "completed", False), (2, "completed", True)], "b": [(1, "completed", True)],
+        "c": [(1, "completed", False), (2, "completed", True)]}
 
     cmd = _cli(dataset, tmp_path / "data", killed, mock_llm.base_url)
     verdicts = lambda: [e for e in lines_of(tmp_path, killed) if e.get("reward")]  # noqa: E731
