@@ -182,6 +182,18 @@ class RunSettings(AgentSettings):
     skip_bad_lines: bool = Field(False, description="skip dataset lines (or task folders) that fail validation instead of refusing to run")
     attempts: int = Field(1, gt=0, description="times each row (or task) is run, each attempt a prompt of its own with its "
                           "own sandbox and journal entry; statistics.json gives pass@k for k = 1 .. attempts")
+    # Attempt policies (hermes.run.attempt_policy): which of the --attempts K a task really runs,
+    # decided from the verdicts in the journal as they land
+    attempt_policy: Literal["all", "first_pass", "informative"] = Field(
+        "all", description="all: every task runs its --attempts K; first_pass: attempts one after another, "
+        "stopping at the first whose check passed (SFT by rejection sampling); informative: --min_attempts first, "
+        "stop if all passed, else go on up to K until the group holds a pass and a fail (RL groups with signal)")
+    attempt_parallelism: int = Field(1, gt=0, description="under first_pass and informative, attempts of one task "
+                                     "in flight at once; siblings still running when one passes are stopped")
+    min_attempts: int = Field(2, gt=0, description="under informative, attempts every task runs before its group "
+                              "is judged")
+    attempt_budget: int | None = Field(None, gt=0, description="most attempts the whole run starts (resumes "
+                                       "included); they go first to tasks with no pass and the fewest attempts")
     build_concurrency: int = Field(2, gt=0, description="image builds (a task's environment/, a row's `build`) in "
                                    "flight at once; each image is built once per content hash")
     verifier_network: bool = Field(False, description="give a task's verifier (tests/test.sh) the network even when "

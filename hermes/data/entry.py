@@ -23,12 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 class Status(str, Enum):
     """How a prompt ended. Only `failed` is owed again (on --resume); merge keeps completed and
-    partial ones and counts discarded ones (no reasoning)."""
+    partial ones and counts discarded ones (no reasoning) and stopped ones (attempt policy)."""
 
     COMPLETED = "completed"  # the model answered on its own
     PARTIAL = "partial"      # stopped at max_turns while still calling tools
     DISCARDED = "discarded"  # ran, but no turn had reasoning (and keep_unreasoned is off)
     FAILED = "failed"        # an error: the sandbox, the model endpoint, the system
+    #: an attempt the attempt policy (--attempt_policy) stopped in flight once a sibling passed:
+    #: final (never owed again), not a failure, never written to trajectories.jsonl
+    STOPPED = "stopped"
 
     def __str__(self) -> str:  # the value in f-strings and SQL text, on every Python version
         return self.value

@@ -83,6 +83,19 @@ def outcome_block(raw: bytes) -> dict | None:
     return None if parsed is None else hermes_block(parsed[1])
 
 
+_REWARD = b'"reward": {'
+
+
+def verdict(raw: bytes) -> bool | None:
+    """Whether the line's check passed (its `reward.passed`); None: the line has no check. Only
+    lines that hold a reward are decoded (their tail, split_entry), so plain rows cost a byte search."""
+    if _REWARD not in raw:
+        return None
+    parsed = split_entry(raw)
+    reward = parsed[1].get("reward") if parsed else None
+    return bool(reward.get("passed")) if isinstance(reward, dict) else None
+
+
 def hermes_block(tail: dict) -> dict:
     meta = tail.get("hermes")
     return meta if isinstance(meta, dict) else {}

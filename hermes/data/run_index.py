@@ -20,18 +20,20 @@ from hermes.errors import HermesError
 from hermes.data import bitmap, journal
 from hermes.data.run_paths import RunPaths
 from hermes.data.entry import Status
-from hermes.data.journal_lines import journal_lines, outcome_block
+from hermes.data.journal_lines import journal_lines, outcome_block, verdict
 
 log = logging.getLogger(__name__)
 #: the statuses as SQL literals (hermes.data.entry.Status is the one list of them)
 _FAILED, _DISCARDED = f"'{Status.FAILED}'", f"'{Status.DISCARDED}'"
+_STOPPED = f"'{Status.STOPPED}'"
 
-LAYOUT = 3  # bump when the tables change: an index of another layout is rebuilt from the journal
+LAYOUT = 4  # bump when the tables change: an index of another layout is rebuilt from the journal
 # No PRIMARY KEY on indexed_files: its ART index, upserted once a landing, kept native memory that
 # grew with every batch of a run (bench/INFLIGHT_MEMORY.md, fourth pass); a file's row is deleted
 # and inserted in the transaction that drops its old outcomes instead.
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS outcomes (batch_num INTEGER, line INTEGER, key VARCHAR, status VARCHAR, error VARCHAR);
+CREATE TABLE IF NOT EXISTS outcomes (batch_num INTEGER, line INTEGER, key VARCHAR, status VARCHAR, error VARCHAR,
+                                     passed BOOLEAN);
 CREATE TABLE IF NOT EXISTS indexed_files (batch_num INTEGER, size BIGINT);
 CREATE TABLE IF NOT EXISTS layout (version INTEGER);
 """
@@ -53,9 +55,9 @@ LEAN_CHECKPOINT = "1MB"
 #: owed (index, key) pairs read off the index at a time while a plan is handed out
 OWED_CHUNK = 8192
 _INSERT = """INSERT INTO outcomes
-    SELECT unnest(c.batch_num), unnest(c.line), unnest(c.key), unnest(c.status), unnest(c.error)
+    SELECT unnest(c.batch_num), unnest(c.line), unnest(c.key), unnest(c.status), unnest(c.error), unnest(c.passed)
     FROM (SELECT from_json(?, '{"batch_num": ["INTEGER"], "line": ["INTEGER"], "key": ["VARCHAR"],
-                                "status": ["VARCHAR"], "error": ["VARCHAR"]}') AS c)"""
+                                "status": ["VARCHAR"], "error": ["VARCHAR"], "passed": ["BOOLEAN"]}') AS c)"""
 
 
 class IndexBusy(HermesError, RuntimeError):
@@ -146,6 +148,7 @@ class RunIndex:
                         cols["key"].append(key)
                         cols["status"].append(status)
                         cols["error"].append(_text(meta.get("error")))
+                        cols["passed"].append(verdict(raw))  # the check's verdict: attempt policies read it
                 cols["files"].append((num, size))
                 if len(cols["line"]) >= _CHUNK:  # whole files per transaction: the index never holds half a file
                     self._insert(cols)
@@ -330,7 +333,7 @@ def _rows(cur) -> Iterator[int]:
 
 
 def _columns() -> dict[str, list]:
-    return {"batch_num": [], "line": [], "key": [], "status": [], "error": [], "files": []}
+    return {"batch_num": [], "line": [], "key": [], "status": [], "error": [], "passed": [], "files": []}
 
 
 def _with_layout(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

@@ -31,6 +31,7 @@ from hermes.data.stats import (add_reasoning, add_reward, add_tool_stats, aggreg
 from hermes.data.journal_lines import hermes_block, journal_lines, split_entry
 from hermes.data.run_index import IndexBusy, RunIndex
 from hermes.run.tool_use import add_tool_use, aggregate_tool_use
+from hermes.run.attempt_policy import AttemptPolicy
 
 
 def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, Any]:
@@ -84,9 +85,16 @@ def merge(run_path: Path, require_check_pass: bool | None = None) -> dict[str, A
         # auxiliary model calls of tools (vision, image_gen), by kind, apart from the agent's own usage
         "aux_usage": {kind: dict(sorted(c.items())) for kind, c in sorted(totals["aux_usage"].items())},
     }
+    settings = manifest.get("settings") or {}
+    policy = AttemptPolicy.of_manifest(settings)
     if totals["trials"]:  # rows were judged: per task its attempts and pass rate, pass@k for k = 1 .. --attempts
-        stats["task_statistics"] = aggregate_trials(totals["trials"],
-                                                    int((manifest.get("settings") or {}).get("attempts") or 1))
+        stats["task_statistics"] = aggregate_trials(totals["trials"], policy.k)
+        if policy.dynamic:  # attempts not independent, nor K a task: the estimator does not apply
+            del stats["task_statistics"]["pass_at_k"]
+            stats["task_statistics"]["pass_at_k_absent"] = policy.why_no_pass_at_k()
+    if policy.dynamic or policy.k > 1:
+        stats["attempt_policy"] = policy.statistics(totals["trials"], tasks=total_prompts // max(policy.k, 1),
+                                                    stopped=counts["stopped_by_policy"], failed=len(final_errors))
     journal.write_atomic(RunPaths(run_path).statistics, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
 
@@ -124,6 +132,9 @@ def _copy_winners(index: RunIndex, out: BinaryIO, require_check_pass: bool = Fal
             if line not in wins:
                 continue
             status = meta.get("status")
+            if status == Status.STOPPED:  # the attempt policy stopped it in flight: no verdict, no trajectory
+                counts["stopped_by_policy"] += 1
+                continue
             if status != Status.FAILED:
                 add_tool_use(tool_use, tail.get("toolsets_used"), meta)
             if status not in KEPT:

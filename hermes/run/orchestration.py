@@ -34,6 +34,7 @@ from hermes.run.admission import Admission
 from hermes.run.progress import JournalTail, ProgressLine
 from hermes.run.rundir import RunRefused
 from hermes.run.session import Batch, Plan, RunSession
+from hermes.run.waves import WAIT, PolicyPlan
 from hermes.settings import RunSettings
 
 
@@ -141,27 +142,29 @@ def landing(batches: Iterable[Batch], submit: Submit, ctx: runner.RunContext,
     """
     admission = ctx.admission
     if admission is None:
-        futures = {submit(b, ctx): b for b in batches}
-        for future in steps.as_completed(futures):
-            yield futures.pop(future), future
+        yield from _landing_elsewhere(batches, submit, ctx, steps)
         return
     owed = iter(batches)
     pending: dict[Any, Batch] = {}
     landed: collections.deque = collections.deque()
     exhausted = False
+    waiting = False  # the plan (an attempt policy's) has nothing to start until a batch lands
 
     def on_done(future: Any) -> None:
         landed.append(future)
         admission.wake()
 
     def hand_out() -> None:
-        nonlocal exhausted
+        nonlocal exhausted, waiting
         # With nothing in flight a batch goes out whatever the count says: a run never ends,
         # nor stalls, with batches owed.
-        while not exhausted and (admission.wants_more() or not pending):
+        while not exhausted and not waiting and (admission.wants_more() or not pending):
             batch = next(owed, None)
             if batch is None:
                 exhausted = True
+                return
+            if batch is WAIT:
+                waiting = True
                 return
             admission.handed_out(batch.size)
             future = submit(batch, ctx)
@@ -170,15 +173,47 @@ def landing(batches: Iterable[Batch], submit: Submit, ctx: runner.RunContext,
 
     hand_out()
     while pending:
-        admission.wait_for(lambda: bool(landed) or (not exhausted and admission.wants_more()))
+        admission.wait_for(lambda: bool(landed) or (not exhausted and not waiting and admission.wants_more()))
         hand_out()
         while landed:
             future = landed.popleft()
             yield pending.pop(future), future
+            waiting = False  # what landed may let the plan start more
             # While the caller recorded that batch, others may have landed and freed their slots:
             # look again before the next, or the last of them would end the loop with batches owed.
             hand_out()
     # nothing left to wait for: every batch was handed out and has landed
+
+
+def _landing_elsewhere(batches: Iterable[Batch], submit: Submit, ctx: runner.RunContext,
+                       steps: Steps) -> Iterator[tuple[Batch, BatchFuture]]:
+    """landing() for batches that run in other processes: every batch the plan has goes out at once
+    (their workers queue them). A plan that makes batches as verdicts land (WAIT: nothing until a
+    batch lands) is walked again after each landing, its new batches going out at once and watched
+    as the next round once the current one has landed."""
+    owed = iter(batches)
+    exhausted = False
+
+    def hand_out() -> dict[Any, Batch]:
+        nonlocal exhausted
+        out: dict[Any, Batch] = {}
+        while not exhausted:
+            batch = next(owed, None)
+            if batch is None:
+                exhausted = True
+            elif batch is WAIT:
+                break
+            else:
+                out[submit(batch, ctx)] = batch
+        return out
+
+    futures = hand_out()
+    while futures:
+        later: dict[Any, Batch] = {}
+        for future in steps.as_completed(list(futures)):
+            yield futures.pop(future), future
+            later.update(hand_out())
+        futures = later
 
 
 def run(settings: RunSettings, steps: Steps | None = None, *, api_key: str | None = None) -> dict[str, Any]:
@@ -210,7 +245,11 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
         batches = steps.plan(session)
         on_done = steps.progress(settings.run_name, batches.prompts)
         if local_processes.elsewhere(settings):  # prompts finish in other processes: count them from the journal
-            tail = JournalTail(session.path, range(batches.first, batches.first + len(batches)), on_done).start()
+            dynamic = isinstance(batches, PolicyPlan)  # an attempt policy's batches are numbered as made
+            tail = JournalTail(session.path, [] if dynamic else range(batches.first, batches.first + len(batches)),
+                               on_done).start()
+            if dynamic:
+                batches.on_batch = lambda num: tail.watch([num])
         else:
             session.ctx.on_prompt_done = on_done
             session.ctx.admission = Admission(ahead=settings.num_workers)
@@ -219,6 +258,8 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
             owed = itertools.takewhile(lambda _: not (breaker.open or down), batches)
             for batch, future in landing(owed, submit, session.ctx, steps):
                 steps.record(session, batch)  # index it as soon as it lands, whatever else fails
+                if isinstance(batches, PolicyPlan):
+                    batches.landed(batch.num)  # its verdicts may start (or stop) other attempts
                 publisher.landed(batch.num)  # a few bytes into a pipe, never a wait
                 if tail:
                     tail.finish(batch.num)

@@ -83,6 +83,12 @@ class JournalTail:
         self._thread.start()
         return self
 
+    def watch(self, batch_nums: list[int]) -> None:
+        """Batches made after the start (an attempt policy's): look at them too."""
+        with self._lock:
+            for n in batch_nums:
+                self._offsets.setdefault(batch_name(n), 0)
+
     def finish(self, batch_num: int) -> None:
         """The batch landed: count what is left of it, then stop looking at it."""
         with self._lock:

@@ -35,6 +35,7 @@ from hermes.settings import RunSettings
 from hermes.data.task import RowTask
 from hermes.run import task_rows
 from hermes.run.workerfiles import InFlight
+from hermes.run.stops import Stops
 from hermes.run.tool_use import tool_use
 from hermes.data.stats import entry_tool_stats, hallucinated_tools, has_any_reasoning, reasoning_counts
 from hermes.tools import (SharedResources, ToolContext, all_tool_names, availability, env_secret, needs_sandbox,
@@ -65,6 +66,8 @@ class RunContext:
     worker: str | None = None
     #: prompts handed to batches but not yet in a slot: when the next batch may start (hermes.run.admission)
     admission: Admission | None = None
+    #: attempts the attempt policy stops in flight (hermes.run.stops)
+    stops: Stops = field(default_factory=Stops)
     _slots: asyncio.Semaphore | None = field(default=None, repr=False)
     _offload: Offload | None = field(default=None, repr=False)
 
@@ -87,6 +90,9 @@ class RunContext:
         """One prompt's view of the run for its tool calls (the conversation adds the sandbox)."""
         return tool_context(self.settings, api_key=self.client.api_key, shared=self.shared,
                             secret=self.secret, run_dir=self.run_dir, key=key)
+
+    def stop_attempts(self, keys: list[str]) -> None:
+        self.stops.stop(keys)
 
     def slots(self) -> asyncio.Semaphore:
         """--num_workers: how many of this process's prompts may be in flight at once, across
@@ -160,6 +166,13 @@ async def run_prompt(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
     return entry
 
 
+def stopped_entry(row: Row, batch_num: int, ctx: RunContext) -> JournalEntry:
+    """The line of an attempt the policy stopped: final, no verdict, never a trajectory."""
+    entry = _entry(row, batch_num, ctx, [], [], None, None, None, 0.0)
+    entry.hermes.status, entry.hermes.stop_reason = Status.STOPPED, "attempt_policy"
+    return entry
+
+
 def _entry(row: Row, batch_num: int, ctx: RunContext, toolsets: list[str], tools: list[dict[str, Any]],
            done: Conversation | None, error: str | None, wait: float | None, elapsed: float) -> JournalEntry:
     s = ctx.settings
@@ -226,7 +239,8 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
     """The batch's outcome: a count per status, and under "failures" its failed prompts' errors
     by kind ({kind: {"count", "example"}}, the commonest first)."""
     path = RunPaths(ctx.run_dir).batch(batch_num)
-    counts: dict[str, Any] = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED)}
+    counts: dict[str, Any] = {str(s): 0 for s in (Status.COMPLETED, Status.PARTIAL, Status.FAILED, Status.DISCARDED,
+                                                   Status.STOPPED)}
     errors: list[str | None] = []
     policy = RetryPolicy.for_settings(ctx.settings)
     slots, offload = ctx.slots(), ctx.offload()
@@ -247,7 +261,9 @@ async def _run_batch(batch_num: int, rows: list[Row], ctx: RunContext) -> dict[s
             if ctx.in_flight:
                 ctx.in_flight.started()
             try:
-                entry = await run_prompt(row, batch_num, ctx)
+                stopped, entry = await ctx.stops.run(row.key, run_prompt(row, batch_num, ctx))
+                if stopped:  # the attempt policy stopped it: a sibling passed (hermes.run.stops)
+                    entry = stopped_entry(row, batch_num, ctx)
             finally:
                 if ctx.in_flight:
                     ctx.in_flight.finished()

@@ -17,6 +17,8 @@ from hermes.run import local_processes, remote, rundir
 from hermes.data.dataset import Dataset, Row
 from hermes.data.sources import read_source
 from hermes.run import task_rows
+from hermes.run.attempt_policy import AttemptPolicy
+from hermes.run.waves import PolicyPlan
 from hermes.run.runner import RunContext
 from hermes.sandbox import SandboxRun, WeakerSandbox
 from hermes.sandbox.lifecycle import owner_label
@@ -143,7 +145,7 @@ class RunSession:
         return cls(settings=settings, path=path, dataset=dataset, index=index, lock=lock, ctx=ctx,
                    sandboxes=sandboxes)
 
-    def plan(self) -> Plan:
+    def plan(self) -> "Plan | PolicyPlan":
         """The rows still owed, re-batched; numbering continues after the batches on disk.
 
         DuckDB joins the dataset's keys with the journal's outcomes and numbers the rows owed; a
@@ -153,8 +155,20 @@ class RunSession:
         max_attempts = self.settings.max_attempts
         if max_attempts and (given_up := self.index.given_up(max_attempts)):
             log.warning("%d prompt(s) failed %d times and are not retried (--max_attempts)", given_up, max_attempts)
+        prompts = self.index.plan_owed(max_attempts)
+        policy = AttemptPolicy.of(self.settings)
+        if policy.dynamic:  # attempts planned as their verdicts land (hermes.run.waves)
+            plan = PolicyPlan(self.index, self.dataset, policy, batch=Batch, first=self.index.next_batch_num(),
+                              size=self.settings.batch_size, prompts=prompts,
+                              lookahead=2 * max(self.settings.num_workers, self.settings.batch_size),
+                              refresh=self._index_landed, stop=self.ctx.stop_attempts)
+            log.info("run '%s': attempt policy %s (up to %d attempts a task%s), %d attempt(s) open",
+                     self.settings.run_name, policy.name, policy.k,
+                     f", budget {policy.budget}" if policy.budget is not None else "", prompts)
+            self.write_checkpoint()
+            return plan
         plan = Plan(self.index, self.dataset, first=self.index.next_batch_num(), size=self.settings.batch_size,
-                    prompts=self.index.plan_owed(max_attempts))
+                    prompts=prompts)
         total = self.dataset.prompts  # every attempt of every row (--attempts)
         log.info("run '%s': %d prompts, %d already done, %d owed in %d batch(es)",
                  self.settings.run_name, total, total - plan.prompts, plan.prompts, len(plan))
