@@ -307,7 +307,14 @@ class RunIndex:
                 FROM outcomes WHERE key IS NOT NULL)
             SELECT key, error, ok > 0 FROM a WHERE status = {_FAILED} AND later > 0 ORDER BY pos""").fetchall()
 
-    def _execute(self, cur, sql: str, params: list | None = None):
+    def query(self, sql: str, params: list | dict | None = None, limit: int | None = None) -> list[tuple]:
+        """Rows of a query over the index's tables (dataset, outcomes, and a caller's temp tables);
+        with `limit`, only the first that many are fetched."""
+        # on the connection itself: a cursor is another connection, blind to this one's temp tables
+        cur = self._execute(self.con, sql, params)
+        return cur.fetchall() if limit is None else cur.fetchmany(limit)
+
+    def _execute(self, cur, sql: str, params: list | dict | None = None):
         try:
             return cur.execute(sql, params)
         except duckdb.OutOfMemoryException:

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from hermes.data.entry import Status
 
 #: per policy: how many open attempts of a task may start now (columns as in the module's doc, and
-#: the settings k, m, p); `stops`: whether a task's siblings still in flight are stopped (None: never)
-POLICIES: dict[str, dict[str, str | None]] = {
-    "all": {"new": "k - started", "stops": None},
+#: the settings k, m, p); `stops`: whether a task's siblings still in flight are stopped once it passed
+POLICIES: dict[str, dict] = {
+    "all": {"new": "k - started", "stops": False},
     "first_pass": {"new": "CASE WHEN passes > 0 THEN 0 ELSE greatest(0, least(p - inflight, k - started)) END",
-                   "stops": "passes > 0"},
+                   "stops": True},
     "informative": {"new": """CASE WHEN started < m THEN m - started WHEN passes > 0 THEN 0
                               ELSE greatest(0, least(p - inflight, k - started)) END""",
-                    "stops": None},
+                    "stops": False},
 }
 
 _F, _S = f"'{Status.FAILED}'", f"'{Status.STOPPED}'"
@@ -123,6 +123,15 @@ class AttemptPolicy:
         }
 
     @property
+    def decides(self) -> bool:
+        """Whether verdicts change what runs (a pass ends a task's attempts)."""
+        return self.name != "all"
+
+    @property
+    def stops_siblings(self) -> bool:
+        return bool(POLICIES[self.name]["stops"])
+
+    @property
     def dynamic(self) -> bool:
         return self.name != "all" or self.budget is not None
 
@@ -139,14 +148,14 @@ class AttemptPolicy:
         return {"flying": flying, "max_tries": self.max_tries or 2 ** 62,
                 "k": self.k, "m": self.m, "p": self.p}
 
-    def next_attempts(self, con, flying: list[str], limit: int) -> list[tuple[int, str]]:
+    def next_attempts(self, index, flying: list[str], limit: int) -> list[tuple[int, str]]:
         """(row index, key) of up to `limit` attempts to start now, in hand-out order (the module's doc).
 
-        con: the run's index (its dataset, outcomes and handed tables); flying: keys handed out and
+        index: the run's RunIndex (its dataset, outcomes and handed tables); flying: keys handed out and
         not landed."""
         if self.budget is not None:
-            spent = con.execute("SELECT count(*) FROM (SELECT key FROM outcomes WHERE key IS NOT NULL "
-                                "UNION SELECT key FROM handed)").fetchone()[0]
+            spent = index.query("SELECT count(*) FROM (SELECT key FROM outcomes WHERE key IS NOT NULL "
+                                "UNION SELECT key FROM handed)")[0][0]
             limit = min(limit, self.budget - spent)
         if limit <= 0:
             return []
@@ -156,13 +165,7 @@ class AttemptPolicy:
                            ({POLICIES[self.name]["new"]}) AS new
                     FROM a JOIN t USING (idx) WHERE NOT (a.settled OR a.flying OR a.parked))
             SELECT idx, key FROM c WHERE rank <= new
-            ORDER BY passes > 0, started + rank, idx LIMIT $limit"""
-        return con.execute(sql, {**self._params(flying), "limit": limit}).fetchall()
-
-    def to_stop(self, con, flying: list[str]) -> list[str]:
-        """Keys in flight whose task the policy has decided (a sibling passed under first_pass)."""
-        stops = POLICIES[self.name]["stops"]
-        if not stops or not flying:
-            return []
-        sql = _STATE + f"SELECT a.key FROM a JOIN t USING (idx) WHERE a.flying AND ({stops}) ORDER BY a.rid"
-        return [k for (k,) in con.execute(sql, self._params(flying)).fetchall()]
+            ORDER BY passes > 0, started + rank, idx"""
+        # the first `limit` rows read off the sorted result: DuckDB's top-N (ORDER BY .. LIMIT) asked for
+        # more than the run index's 16 MB cap however few the rows (1.4.x), a sort spills instead
+        return index.query(sql, self._params(flying), limit=limit)

@@ -1,6 +1,6 @@
 """`hermes-batch export --format rl`: one line per entry with what an RL trainer reads.
 
-    {"prompt_index", "key", "messages", "tools" (JSON text), "reward" (the check's value; 1.0 or 0.0
+    {"prompt_index", "key", "group" (the task: its attempts' group), "attempt", "messages", "tools" (JSON text), "reward" (the check's value; 1.0 or 0.0
      for a plain row check; null without one), "completed", "partial",
      "turns": [{"tokens", "token_ids", "logprobs"}, ...]}   # one per assistant message, in order
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 from hermes.data import journal
+from hermes.data.dataset import split_attempt
 from hermes.data.entry import KEPT
 from hermes.model.logprobs import token_ids
 
@@ -51,7 +52,11 @@ def rl_record(entry: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     meta = entry.get("hermes") or {}
     turns = [{"tokens": t.get("tokens") or [], "token_ids": token_ids(t.get("tokens") or []),
               "logprobs": t.get("logprobs") or []} for t in meta.get("logprobs") or []]
-    return {"prompt_index": entry.get("prompt_index"), "key": meta.get("key"), "messages": chat["messages"],
+    key = str(meta.get("key"))
+    return {"prompt_index": entry.get("prompt_index"), "key": meta.get("key"),
+            # the task's attempts share a group (GRPO's): a task folder's name, or the row's key
+            "group": meta.get("task") or split_attempt(key)[0], "attempt": int(meta.get("trial") or 1),
+            "messages": chat["messages"],
             "tools": json.dumps(chat["tools"], ensure_ascii=False), "reward": _reward(entry),
             "completed": bool(entry.get("completed")), "partial": bool(entry.get("partial")), "turns": turns}
 

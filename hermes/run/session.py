@@ -160,7 +160,7 @@ class RunSession:
         if policy.dynamic:  # attempts planned as their verdicts land (hermes.run.waves)
             plan = PolicyPlan(self.index, self.dataset, policy, batch=Batch, first=self.index.next_batch_num(),
                               size=self.settings.batch_size, prompts=prompts,
-                              lookahead=2 * max(self.settings.num_workers, self.settings.batch_size),
+                              lookahead=OWED_CHUNK,  # as a static plan reads them: a chunk at a time
                               refresh=self._index_landed, stop=self.ctx.stop_attempts)
             log.info("run '%s': attempt policy %s (up to %d attempts a task%s), %d attempt(s) open",
                      self.settings.run_name, policy.name, policy.k,

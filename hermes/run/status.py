@@ -68,6 +68,7 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "completed": sum(v == Status.COMPLETED for v in done.values()),
         "partial": sum(v == Status.PARTIAL for v in done.values()),
         "discarded_no_reasoning": sum(v == Status.DISCARDED for v in done.values()),
+        "stopped_by_policy": sum(v == Status.STOPPED for v in done.values()),
         "failed": len(failed),
         "failed_attempts": sum(n for n, _ in failed.values()),
         "failure_reasons": group(err for _, err in failed.values()),  # by kind, with an example each
@@ -77,6 +78,7 @@ def run_status(run_path: Path) -> dict[str, Any]:
         "containers_maybe_left": workerfiles.left_behind(run_path),
     }
     settings = manifest.get("settings") or {}
+    status["attempt_policy"] = settings.get("attempt_policy") or "all"
     dataset = manifest.get("dataset_file")
     if dataset:
         try:
@@ -107,8 +109,12 @@ def format_status(s: dict[str, Any]) -> str:
         f"  done                 {s['done']}  (completed {s['completed']}, partial {s['partial']}, "
         f"discarded for no reasoning {s['discarded_no_reasoning']})",
         f"  failed               {s['failed']}  ({s['failed_attempts']} failed attempts; retried on --resume)",
-        f"  owed                 {s['owed'] if s['owed'] is not None else 'unknown (dataset not readable)'}",
+        f"  owed                 {s['owed'] if s['owed'] is not None else 'unknown (dataset not readable)'}"
+        + (f"  (at most: --attempt_policy {s['attempt_policy']} runs what the verdicts call for)"
+           if s.get("attempt_policy", "all") != "all" else ""),
     ]
+    if s.get("stopped_by_policy"):
+        lines.insert(2, f"  stopped by policy    {s['stopped_by_policy']}  (in flight when a sibling passed)")
     for kind, g in s["failure_reasons"].items():
         lines.append(f"    {g['count']:>5} × {kind}  (e.g. {g['example'][:160]})")
     for w in s.get("containers_maybe_left") or []:

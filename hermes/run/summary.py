@@ -29,7 +29,12 @@ def summary_lines(stats: dict[str, Any]) -> list[str]:
     done = stats.get("prompts_completed", 0) + stats.get("prompts_partial", 0)
     total = stats.get("total_prompts", 0)
     failed, discarded = stats.get("prompts_failed", 0), stats.get("discarded_no_reasoning", 0)
-    lines = [f"Run {stats.get('run_name')}: {done} of {total} prompts done"
+    policy = stats.get("attempt_policy") or {}
+    if policy.get("policy", "all") != "all" or policy.get("budget"):  # the policy ran what it wanted of them
+        of = f"{done} prompts done (of up to {total} under --attempt_policy {policy['policy']})"
+    else:
+        of = f"{done} of {total} prompts done"
+    lines = [f"Run {stats.get('run_name')}: {of}"
              + (f" ({stats.get('prompts_partial', 0)} stopped at max_turns)" if stats.get("prompts_partial") else "")
              + f", {failed} failed, {discarded} discarded (no reasoning)"]
     usage = stats.get("usage") or {}
@@ -47,6 +52,8 @@ def summary_lines(stats: dict[str, Any]) -> list[str]:
     if checks.get("checked"):
         lines.append(f"Checks: {checks['passed']} of {checks['checked']} passed ({checks.get('pass_rate', 0.0):.1f}%)"
                      + (f", {checks['timed_out']} timed out" if checks.get("timed_out") else ""))
+
+    lines += attempt_lines(stats)
 
     reasons = stats.get("failure_reasons") or {}
     if reasons:
@@ -72,6 +79,29 @@ def summary_lines(stats: dict[str, Any]) -> list[str]:
     if reasoning.get("total_assistant_turns"):
         with_r, turns = reasoning.get("turns_with_reasoning", 0), reasoning["total_assistant_turns"]
         lines.append(f"Reasoning: {with_r} of {turns} assistant turns ({with_r / turns:.0%})")
+    return lines
+
+
+def attempt_lines(stats: dict[str, Any]) -> list[str]:
+    """--attempts K: what was solved and what it cost; under a policy, what it saved (hermes.run.attempt_policy)."""
+    block = stats.get("attempt_policy") or {}
+    if not block:
+        return []
+    tasks, solved = block.get("tasks", 0), block.get("tasks_solved", 0)
+    lines = [f"Attempts ({block.get('policy')}, up to {block.get('k')} a task): {solved} of {tasks} tasks solved"
+             + (f" ({solved / tasks:.0%})" if tasks else "")
+             + f", {block.get('attempts_spent', 0)} attempts spent"
+             + (f", {block['attempts_saved']} saved against all" if block.get("attempts_saved") else "")
+             + (f", {block['attempts_per_solved_task']} per solved task" if block.get("attempts_per_solved_task") else "")
+             + (f", {block['attempts_stopped']} stopped in flight" if block.get("attempts_stopped") else "")]
+    if block.get("policy") == "informative" or block.get("groups_with_signal"):
+        lines.append(f"  groups with signal (a pass and a fail): {block.get('groups_with_signal', 0)} of "
+                     f"{block.get('tasks_judged', 0)} tasks judged")
+    pass_at = (stats.get("task_statistics") or {}).get("pass_at_k") or {}
+    if pass_at:
+        lines.append("  pass@k: " + ", ".join(f"@{k} {v:.3f}" for k, v in pass_at.items() if v is not None))
+    elif absent := (stats.get("task_statistics") or {}).get("pass_at_k_absent"):
+        lines.append(f"  pass@k not given: {absent}")
     return lines
 
 

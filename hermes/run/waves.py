@@ -45,12 +45,13 @@ class PolicyPlan:
                  stop: Callable[[list[str]], None] | None = None):
         self.index, self.dataset, self.policy, self.batch = index, dataset, policy, batch  # batch(num, wanted, dataset)
         self.first, self.size, self.prompts = first, size, prompts
-        self.lookahead = max(lookahead, size)  # attempts asked for at once: enough to fill the slots
+        self.lookahead = max(lookahead, size)  # attempts asked of the index at once
         self.refresh, self.stop = refresh, stop
         self.on_batch: Callable[[int], None] | None = None  # told each batch number handed out
-        self._flying: dict[int, list[str]] = {}  # batch number -> its keys, until it lands
-        self._buffer: list[tuple[int, str]] = []
-        self._stale = True  # something landed since the buffer was filled
+        self._flying: dict[int, list[tuple[int, str]]] = {}  # batch number -> its (row, key), until it lands
+        self._landed: list[list[tuple[int, str]]] = []  # landed since last looked at
+        self._buffer: list[tuple[int, str]] = []  # attempts the last query allowed, not handed out yet
+        self._asked = False  # the index was asked since the last landing
         self._stopped: set[str] = set()
         self.handed_out = 0
         policy.begin(index.con)
@@ -59,39 +60,56 @@ class PolicyPlan:
         return -(-self.prompts // self.size)
 
     def landed(self, num: int) -> None:
-        if self._flying.pop(num, None) is not None:
-            self._stale = True
+        if (pairs := self._flying.pop(num, None)) is not None:
+            self._landed.append(pairs)
 
     def flying(self) -> list[str]:
-        return [k for keys in self._flying.values() for k in keys]
+        return [k for pairs in self._flying.values() for _, k in pairs]
 
     def __iter__(self) -> Iterator:
         num = self.first
         while True:
-            if self._stale:
-                self._replan()
+            if self._landed:
+                self._take_landed()
+            if not self._buffer and not self._asked:
+                # A query over the whole index (about half a second at 80,000 attempts): asked when the
+                # attempts it allowed last time are all handed out and something landed since, not at
+                # every landing. What it allowed stays allowed: a task's next attempt is open only when
+                # none of it is in flight (P = 1), and a pass that lands drops its task's (_take_landed).
+                self._buffer = self.policy.next_attempts(self.index, self.flying(), self.lookahead)
+                self._asked = True
             if not self._buffer:
                 if not self._flying:
                     return
                 yield WAIT
                 continue
             wanted, self._buffer = self._buffer[:self.size], self._buffer[self.size:]
-            self._flying[num] = [k for _, k in wanted]
-            self.policy.handing_out(self.index.con, self._flying[num])
+            self._flying[num] = wanted
+            self.policy.handing_out(self.index.con, [k for _, k in wanted])
             self.handed_out += len(wanted)
             if self.on_batch:
                 self.on_batch(num)
             yield self.batch(num, wanted, self.dataset)
             num += 1
 
-    def _replan(self) -> None:
-        """Read what landed, stop what a pass made moot, and ask the policy for the attempts to start."""
+    def _take_landed(self) -> None:
+        """Index what landed; a task that passed in it gets no more of the attempts already allowed,
+        and under first_pass its siblings in flight are stopped."""
         self.refresh()  # the index holds every landed batch's lines
-        flying = self.flying()
-        if self.stop and (moot := [k for k in self.policy.to_stop(self.index.con, flying)
-                                   if k not in self._stopped]):
-            self._stopped.update(moot)
-            log.info("attempt policy: stopping %d attempt(s) in flight whose task already passed", len(moot))
-            self.stop(moot)
-        self._buffer = self.policy.next_attempts(self.index.con, flying, self.lookahead)
-        self._stale = False
+        landed, self._landed = self._landed, []
+        self._asked = False
+        if not self.policy.decides:
+            return
+        task_of = {k: i for pairs in landed for i, k in pairs}
+        passed = {task_of[k] for (k,) in self.index.query(
+            "SELECT DISTINCT key FROM outcomes WHERE passed AND list_contains($keys, key)",
+            {"keys": list(task_of)})}
+        if not passed:
+            return
+        self._buffer = [(i, k) for i, k in self._buffer if i not in passed]
+        if self.stop and self.policy.stops_siblings:
+            moot = [k for pairs in self._flying.values() for i, k in pairs if i in passed and k not in self._stopped]
+            if moot:
+                self._stopped.update(moot)
+                log.info("attempt policy: stopping %d attempt(s) in flight whose task passed", len(moot))
+                self.stop(moot)

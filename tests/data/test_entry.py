@@ -91,5 +91,5 @@ def test_the_models_last_fields_are_the_contracts():
 
 
 def test_statuses_read_as_their_values():
-    assert [str(s) for s in Status] == ["completed", "partial", "discarded", "failed"]
+    assert [str(s) for s in Status] == ["completed", "partial", "discarded", "failed", "stopped"]
     assert f"'{Status.FAILED}'" == "'failed'" and Status.FAILED == "failed"
