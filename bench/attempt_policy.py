@@ -54,6 +54,14 @@ def expected_attempts(p: float, k: int) -> float:
     return float(k) if p == 0 else (1 - (1 - p) ** k) / p
 
 
+def expected_signal(p: float, k: int, m: int | None) -> float:
+    """Chance a task's group ends with a pass and a fail: K attempts (all), or informative's m first and
+    then more until the first pass (up to K)."""
+    if m is None:
+        return 1 - p ** k - (1 - p) ** k
+    return 1 - p ** m - (1 - p) ** m + (1 - p) ** m * (1 - (1 - p) ** (k - m))
+
+
 def write_tasks(path: Path, n: int) -> dict[str, float]:
     """n rows, a quarter at each chance; returns {task: p}."""
     chances, lines = {}, []
@@ -68,12 +76,15 @@ def write_tasks(path: Path, n: int) -> dict[str, float]:
     return chances
 
 
-def command(a: argparse.Namespace, dataset: Path, out: Path, name: str, url: str, policy: str) -> list[str]:
+def command(a: argparse.Namespace, dataset: Path, out: Path, name: str, url: str, variant: str) -> list[str]:
+    """variant: a policy, or POLICY-pN for --attempt_parallelism N."""
+    policy, _, p = variant.partition("-p")
     cmd = [sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", name,
            "--output_dir", str(out), "--base_url", url, "--model", "mock-model", "--attempts", str(a.attempts),
            "--sampling_seed", "1", "--attempt_policy", policy, "--num_workers", str(a.num_workers),
            "--batch_size", str(a.batch_size), "--engine", "direct", "--sandbox_backend", "local",
            "--distribution", "terminal_only"]
+    cmd += ["--attempt_parallelism", p] if p else []
     return cmd + (["--min_attempts", str(a.min_attempts)] if policy == "informative" else [])
 
 
@@ -116,7 +127,7 @@ def measure(lines: list[dict], chances: dict[str, float], k: int) -> dict[str, A
             "duplicate_keys": len(keys) - len(set(keys)), "attempts": sum(spent.values()),
             "stopped": sum(1 for v in g.values() for _, s, _ in v if s == "stopped"),
             "statuses": sorted({s for v in g.values() for _, s, _ in v}), "tasks_solved": len(solved),
-            "groups_with_signal": len(signal_), "by_p": by_p}
+            "groups_with_signal": len(signal_), "solved": sorted(solved), "by_p": by_p}
 
 
 def one_run(a, dataset: Path, out: Path, name: str, url: str, policy: str, chances: dict[str, float]) -> dict:
@@ -138,7 +149,7 @@ def one_run(a, dataset: Path, out: Path, name: str, url: str, policy: str, chanc
     except (OSError, ValueError) as e:
         res["statistics_error"] = str(e)
     log(f"{policy:11s} {wall:7.2f} s  attempts {res['attempts']:4d}  solved {res['tasks_solved']}  "
-        f"signal {res['groups_with_signal']}  load {load0:.2f}->{res['load1_after']:.2f}  rc {p.returncode}")
+        f"stopped {res['stopped']}  signal {res['groups_with_signal']}  load {load0:.2f}->{res['load1_after']:.2f}  rc {p.returncode}")
     return res
 
 
@@ -177,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min_attempts", type=int, default=2)
     ap.add_argument("--latency", type=float, default=0.2, help="the model's seconds per request")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--policies", default="all,first_pass,informative")
+    ap.add_argument("--policies", default="all,first_pass,informative",
+                    help="comma-separated; POLICY-pN adds --attempt_parallelism N (first_pass-p2)")
     ap.add_argument("--kills", type=int, default=6, help="SIGKILLs in the storm (0: no storm)")
     ap.add_argument("--kill_min", type=float, default=0.5)
     ap.add_argument("--kill_max", type=float, default=3.0)
@@ -220,13 +232,21 @@ def summarise(runs: list[dict], a) -> dict:
     out: dict[str, Any] = {}
     for policy in {r["policy"] for r in runs}:
         mine = [r for r in runs if r["policy"] == policy]
-        out[policy] = {"attempts": [r["attempts"] for r in mine], "tasks_solved": [r["tasks_solved"] for r in mine],
+        out[policy] = {"attempts": [r["attempts"] for r in mine], "stopped": [r["stopped"] for r in mine], "tasks_solved": [r["tasks_solved"] for r in mine],
                        "wall_s": [r["wall_s"] for r in mine], "groups_with_signal": [r["groups_with_signal"] for r in mine]}
     if "all" in out and "first_pass" in out:
         spent_all, spent_fp = sum(out["all"]["attempts"]), sum(out["first_pass"]["attempts"])
         out["first_pass_attempts_saved_pct"] = round(100 * (1 - spent_fp / spent_all), 1) if spent_all else None
         expected = sum(expected_attempts(p, a.attempts) for p in CHANCES) / len(CHANCES)
         out["expected_saved_pct"] = round(100 * (1 - expected / a.attempts), 1)
+        # the same seeds give an attempt the same verdict under every policy: first_pass reaches the
+        # first passing attempt of each task, so it solves exactly the tasks `all` solves
+        out["same_tasks_solved"] = all(r["solved"] == s["solved"] for r in runs if r["policy"] == "first_pass"
+                                       for s in runs if s["policy"] == "all" and s["repeat"] == r["repeat"])
+    tasks = a.tasks / len(CHANCES)
+    out["expected_groups_with_signal"] = {
+        "all": round(sum(tasks * expected_signal(p, a.attempts, None) for p in CHANCES), 1),
+        "informative": round(sum(tasks * expected_signal(p, a.attempts, a.min_attempts) for p in CHANCES), 1)}
     return out
 
 
