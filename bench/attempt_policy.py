@@ -15,8 +15,8 @@ seconds a request (its thinking time). One process of
 per policy (all, first_pass, informative --min_attempts 2; the order alternates over --repeats),
 each timed (wall, 1-minute load average before and after). From each journal: attempts spent,
 tasks solved, attempts per task by p, groups with signal (a pass and a fail). Then a kill storm: a
-first_pass run SIGKILLed after a random 0.5-3 s (seeded) again and again, resumed each time, until
-one finishes: every attempt exactly one journal line, and the same attempts and verdicts as the
+first_pass run SIGKILLed a random 0-1.5 s (seeded) after each invocation's first new journal line,
+again and again (--kills times), resumed each time, until one finishes: every attempt exactly one journal line, and the same attempts and verdicts as the
 uninterrupted first_pass run.
 
 The local sandbox backend (model commands in a folder on this host) keeps it fast: the policy
@@ -122,12 +122,15 @@ def measure(lines: list[dict], chances: dict[str, float], k: int) -> dict[str, A
         by_p[f"{p:g}"] = {"tasks": len(tasks), "solved": sum(t in solved for t in tasks),
                           "attempts_per_task": round(sum(spent.get(t, 0) for t in tasks) / max(1, len(tasks)), 3),
                           "expected_first_pass": round(expected_attempts(p, k), 3)}
+    # attempts numbered after a task's first pass (first_pass: none at P = 1, at most P - 1 siblings
+    # already in flight; informative: none either, once m are done)
+    after = [sum(1 for n, _, _ in v if n > min(n for n, _, p in v if p)) for v in g.values() if any(p for _, _, p in v)]
     keys = [e["hermes"]["key"] for e in lines if "torn" not in e]
     return {"lines": len(lines), "torn_lines": sum("torn" in e for e in lines),
             "duplicate_keys": len(keys) - len(set(keys)), "attempts": sum(spent.values()),
             "stopped": sum(1 for v in g.values() for _, s, _ in v if s == "stopped"),
             "statuses": sorted({s for v in g.values() for _, s, _ in v}), "tasks_solved": len(solved),
-            "groups_with_signal": len(signal_), "solved": sorted(solved), "by_p": by_p}
+            "groups_with_signal": len(signal_), "most_after_first_pass": max(after, default=0), "solved": sorted(solved), "by_p": by_p}
 
 
 def one_run(a, dataset: Path, out: Path, name: str, url: str, policy: str, chances: dict[str, float]) -> dict:
@@ -153,28 +156,32 @@ def one_run(a, dataset: Path, out: Path, name: str, url: str, policy: str, chanc
     return res
 
 
-def kill_storm(a, dataset: Path, out: Path, url: str, chances: dict[str, float]) -> dict:
-    """SIGKILL a first_pass run at random moments, resume it, until one invocation finishes."""
+def kill_storm(a, dataset: Path, out: Path, url: str, chances: dict[str, float], variant: str) -> dict:
+    """SIGKILL a run at random moments, resume it, until one invocation finishes."""
     rng = random.Random(a.seed)
-    name, kills, starts, t0 = "storm", 0, 0, time.monotonic()
+    name, kills, starts, t0 = f"storm-{variant}", 0, 0, time.monotonic()
     log_path = out / "storm.log"
     while True:
-        cmd = command(a, dataset, out, name, url, "first_pass") + (["--resume"] if starts else [])
+        cmd = command(a, dataset, out, name, url, variant) + (["--resume"] if starts else [])
         starts += 1
         with open(log_path, "ab") as f:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=rng.uniform(a.kill_min, a.kill_max) if kills < a.kills else None)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kills += 1
-            log(f"storm: kill {kills} after {len(journal(out, name))} journal lines")
-            continue
+        if kills < a.kills:  # once this invocation has written a line, kill it a random moment later
+            before = len(journal(out, name))
+            while proc.poll() is None and len(journal(out, name)) <= before:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(a.kill_min, a.kill_max))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                log(f"storm: kill {kills} after {len(journal(out, name))} journal lines")
+                continue
+        rc = proc.wait()
         if rc != 0:
             return {"error": f"rc {rc}", "log": log_path.read_text()[-2000:], "kills": kills}
         break
-    res = {"kills": kills, "invocations": starts, "wall_s": round(time.monotonic() - t0, 2)}
+    res = {"variant": variant, "run_name": name, "kills": kills, "invocations": starts, "wall_s": round(time.monotonic() - t0, 2)}
     res.update(measure(journal(out, name), chances, a.attempts))
     return res
 
@@ -190,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--policies", default="all,first_pass,informative",
                     help="comma-separated; POLICY-pN adds --attempt_parallelism N (first_pass-p2)")
-    ap.add_argument("--kills", type=int, default=6, help="SIGKILLs in the storm (0: no storm)")
-    ap.add_argument("--kill_min", type=float, default=0.5)
-    ap.add_argument("--kill_max", type=float, default=3.0)
+    ap.add_argument("--kills", type=int, default=8, help="SIGKILLs in each storm")
+    ap.add_argument("--storms", default="first_pass,first_pass-p2", help="variants to storm (comma-separated; empty: none)")
+    ap.add_argument("--kill_min", type=float, default=0.0, help="seconds after an invocation's first new line")
+    ap.add_argument("--kill_max", type=float, default=1.5)
     ap.add_argument("--seed", type=int, default=46, help="the storm's kill times")
     ap.add_argument("--output", type=Path, help="write the raw results here (JSON)")
     a = ap.parse_args(argv)
@@ -212,17 +220,22 @@ def main(argv: list[str] | None = None) -> int:
                 for policy in order:
                     runs.append({"repeat": rep, **one_run(a, dataset, scratch, f"{policy}-r{rep}", llm.base_url,
                                                           policy, chances)})
-            storm = kill_storm(a, dataset, scratch, llm.base_url, chances) if a.kills else None
-            if storm:
-                clean = groups(journal(scratch, "first_pass-r0")) if "first_pass" in policies else None
-                storm["same_as_uninterrupted"] = clean is not None and groups(journal(scratch, "storm")) == clean
-                log(f"storm: {json.dumps({k: v for k, v in storm.items() if k != 'by_p'})}")
+            storms = []
+            for variant in filter(None, a.storms.split(",")):
+                storm = kill_storm(a, dataset, scratch, llm.base_url, chances, variant)
+                clean = journal(scratch, f"{variant}-r0")
+                # P = 1: the same attempts and verdicts; P > 1: which siblings a pass stops is timing
+                storm["same_as_uninterrupted"] = bool(clean) and groups(journal(scratch, storm["run_name"])) == groups(clean)
+                storm["same_solved_as_uninterrupted"] = bool(clean) and storm.get("solved") == measure(
+                    clean, chances, a.attempts)["solved"]
+                storms.append(storm)
+                log(f"storm: {json.dumps({k: v for k, v in storm.items() if k not in ('by_p', 'solved')})}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     summary = summarise(runs, a)
     log(json.dumps(summary))
     if a.output:
-        a.output.write_text(json.dumps({"args": vars(a) | {"output": str(a.output)}, "runs": runs, "storm": storm,
+        a.output.write_text(json.dumps({"args": vars(a) | {"output": str(a.output)}, "runs": runs, "storms": storms,
                                         "summary": summary, "nproc": os.cpu_count()}, indent=1) + "\n")
     return 0
 
