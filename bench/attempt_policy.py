@@ -122,8 +122,8 @@ def measure(lines: list[dict], chances: dict[str, float], k: int) -> dict[str, A
         by_p[f"{p:g}"] = {"tasks": len(tasks), "solved": sum(t in solved for t in tasks),
                           "attempts_per_task": round(sum(spent.get(t, 0) for t in tasks) / max(1, len(tasks)), 3),
                           "expected_first_pass": round(expected_attempts(p, k), 3)}
-    # attempts numbered after a task's first pass (first_pass: none at P = 1, at most P - 1 siblings
-    # already in flight; informative: none either, once m are done)
+    # attempts numbered after a task's first pass: under first_pass none at P = 1, at most the P - 1
+    # siblings already in flight at P > 1 (informative's m first attempts may follow a pass)
     after = [sum(1 for n, _, _ in v if n > min(n for n, _, p in v if p)) for v in g.values() if any(p for _, _, p in v)]
     keys = [e["hermes"]["key"] for e in lines if "torn" not in e]
     return {"lines": len(lines), "torn_lines": sum("torn" in e for e in lines),
