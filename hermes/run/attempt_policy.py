@@ -112,7 +112,8 @@ class AttemptPolicy:
             "tasks": tasks, "tasks_judged": len(trials), "tasks_solved": solved,
             "solve_rate": round(solved / tasks, 6) if tasks else None,
             # spent: every attempt with a line (judged, stopped in flight, or failed with an error)
-            "attempts_spent": spent, "attempts_judged": judged, "attempts_stopped": stopped,
+            "attempts_spent": spent, "attempts_run": judged + failed,  # run: to a verdict or an error
+            "attempts_judged": judged, "attempts_stopped": stopped,
             "attempts_failed": failed,
             "attempts_saved": max(0, tasks * self.k - spent),  # against --attempt_policy all
             "attempts_per_solved_task": round(spent / solved, 3) if solved else None,

@@ -252,6 +252,8 @@ def _run(settings: RunSettings, steps: Steps | None, *, api_key: str | None) -> 
                 batches.on_batch = lambda num: tail.watch([num])
         else:
             session.ctx.on_prompt_done = on_done
+            if isinstance(batches, PolicyPlan):  # a pass stops its siblings as soon as it is written
+                session.ctx.on_prompt_done = lambda record: (on_done(record), batches.verdict(record))
             session.ctx.admission = Admission(ahead=settings.num_workers)
         with steps.fan_out(settings) as submit:
             # once the breaker opened no more batches go out: what is not done stays owed

@@ -15,6 +15,7 @@ this process).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, Iterator
 
 from hermes.data.dataset import Dataset
@@ -53,6 +54,7 @@ class PolicyPlan:
         self._buffer: list[tuple[int, str]] = []  # attempts the last query allowed, not handed out yet
         self._asked = False  # the index was asked since the last landing
         self._stopped: set[str] = set()
+        self._lock = threading.Lock()  # _flying and _stopped: verdicts arrive on the prompts' loop
         self.handed_out = 0
         policy.begin(index.con)
 
@@ -60,11 +62,22 @@ class PolicyPlan:
         return -(-self.prompts // self.size)
 
     def landed(self, num: int) -> None:
-        if (pairs := self._flying.pop(num, None)) is not None:
+        with self._lock:
+            pairs = self._flying.pop(num, None)
+        if pairs is not None:
             self._landed.append(pairs)
 
     def flying(self) -> list[str]:
-        return [k for pairs in self._flying.values() for _, k in pairs]
+        with self._lock:
+            return [k for pairs in self._flying.values() for _, k in pairs]
+
+    def verdict(self, record: dict) -> None:
+        """A prompt of this process finished (its journal line; any thread): under first_pass a pass
+        stops its task's siblings at once, not when its batch lands (a sibling may share its batch)."""
+        reward = record.get("reward")
+        if not (self.stop and self.policy.stops_siblings and isinstance(reward, dict) and reward.get("passed")):
+            return
+        self._stop_siblings({record.get("prompt_index")}, passed=(record.get("hermes") or {}).get("key"))
 
     def __iter__(self) -> Iterator:
         num = self.first
@@ -84,7 +97,8 @@ class PolicyPlan:
                 yield WAIT
                 continue
             wanted, self._buffer = self._buffer[:self.size], self._buffer[self.size:]
-            self._flying[num] = wanted
+            with self._lock:
+                self._flying[num] = wanted
             self.policy.handing_out(self.index.con, [k for _, k in wanted])
             self.handed_out += len(wanted)
             if self.on_batch:
@@ -108,8 +122,13 @@ class PolicyPlan:
             return
         self._buffer = [(i, k) for i, k in self._buffer if i not in passed]
         if self.stop and self.policy.stops_siblings:
-            moot = [k for pairs in self._flying.values() for i, k in pairs if i in passed and k not in self._stopped]
-            if moot:
-                self._stopped.update(moot)
-                log.info("attempt policy: stopping %d attempt(s) in flight whose task passed", len(moot))
-                self.stop(moot)
+            self._stop_siblings(passed)
+
+    def _stop_siblings(self, tasks: set, passed: str | None = None) -> None:
+        with self._lock:
+            moot = [k for pairs in self._flying.values() for i, k in pairs
+                    if i in tasks and k != passed and k not in self._stopped]
+            self._stopped.update(moot)
+        if moot:
+            log.info("attempt policy: stopping %d attempt(s) in flight whose task passed", len(moot))
+            self.stop(moot)
