@@ -159,14 +159,15 @@ def test_informative_stops_all_pass_groups_at_m_and_grows_the_others_until_they_
 
 def test_the_budget_goes_to_unsolved_tasks_first(tmp_path, mock_llm, sandbox_image):
     # K = 4 and 6 attempts in all: one each first; the easy task is solved by its first, the two hard
-    # ones (fewest attempts, no pass) get the rest in turn, the earlier in the dataset first on a tie
+    # ones (fewest attempts, no pass) get the rest in turn. Which hard one gets the sixth depends on
+    # which verdict lands first (two workers): the dataset order breaks ties only among open attempts
     name = unique_run("budget")
     data = rows(hard1={"pass_chance": 0}, easy={"pass_chance": 1}, hard2={"pass_chance": 0})
     stats = run(tmp_path, data, name, mock_llm.base_url, attempts=4, attempt_policy="first_pass", attempt_budget=6)
     lines = lines_of(tmp_path, name)
     exactly_once(lines)
     spent = {t: len(v) for t, v in groups(lines).items()}
-    assert spent == {"hard1": 3, "easy": 1, "hard2": 2}
+    assert spent["easy"] == 1 and sorted([spent["hard1"], spent["hard2"]]) == [2, 3]
     policy = stats["attempt_policy"]
     assert (policy["budget"], policy["attempts_run"], policy["tasks_solved"]) == (6, 6, 1)
 
