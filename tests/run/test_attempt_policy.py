@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from hermes.run import direct
 from hermes.sandbox.base import SandboxSettings
 from hermes.settings import RunSettings
@@ -262,3 +264,27 @@ def test_sigkill_after_a_verdict_then_resume_runs_the_same_attempts_as_an_uninte
     assert groups(lines) == expected
     assert {e["hermes"]["key"] for e in lines} == {e["hermes"]["key"] for e in lines_of(tmp_path, clean)}
     assert containers_of(docker_engine, killed) == []
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_on_the_prefect_flow_a_pass_stops_its_sibling_and_settles_the_task(tmp_path, mock_llm, sandbox_image,
+                                                                             docker_engine):
+    # the default engine: batches are Prefect task runs of the flow, planned in waves as verdicts land
+    from flows.batch import batch_run
+
+    name = unique_run("flow")
+    data = rows(race={"pass_on": [1], "slow_fail": 60}, sure={"pass_chance": 1})
+    dataset = write_dataset(tmp_path / "flow.jsonl", data)
+    stats = batch_run(settings=RunSettings(
+        dataset_file=str(dataset), run_name=name, output_dir=str(tmp_path / "data"), base_url=mock_llm.base_url,
+        model="mock-model", batch_size=2, num_workers=3, sandbox=SandboxSettings(), distribution="terminal_only",
+        attempts=4, attempt_policy="first_pass", attempt_parallelism=2))
+    lines = lines_of(tmp_path, name)
+    exactly_once(lines)
+    race = [e for e in lines if e["metadata"]["case"] == "race"]
+    assert sorted(e["hermes"]["status"] for e in race) == ["completed", "stopped"]
+    assert [e["reward"]["passed"] for e in race if e["hermes"]["status"] == "completed"] == [True]
+    sure = groups(lines)["sure"]  # both attempts start at once (P = 2) and both pass, or the second is stopped
+    assert [t for t, _, _ in sure] in ([1], [1, 2]) and any(p for _, status, p in sure if status == "completed")
+    assert stats["attempt_policy"]["tasks_solved"] == 2 and stats["attempt_policy"]["attempts_stopped"] >= 1
+    assert containers_of(docker_engine, name) == []
