@@ -77,14 +77,16 @@ def write_tasks(path: Path, n: int) -> dict[str, float]:
 
 
 def command(a: argparse.Namespace, dataset: Path, out: Path, name: str, url: str, variant: str) -> list[str]:
-    """variant: a policy, or POLICY-pN for --attempt_parallelism N."""
-    policy, _, p = variant.partition("-p")
+    """variant: a policy, then -pN for --attempt_parallelism N, -bN for --attempt_budget N (first_pass-p2-b120)."""
+    policy, *knobs = variant.split("-")
     cmd = [sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", name,
            "--output_dir", str(out), "--base_url", url, "--model", "mock-model", "--attempts", str(a.attempts),
            "--sampling_seed", "1", "--attempt_policy", policy, "--num_workers", str(a.num_workers),
            "--batch_size", str(a.batch_size), "--engine", "direct", "--sandbox_backend", "local",
            "--distribution", "terminal_only"]
-    cmd += ["--attempt_parallelism", p] if p else []
+    flags = {"p": "--attempt_parallelism", "b": "--attempt_budget"}
+    for knob in knobs:
+        cmd += [flags[knob[0]], knob[1:]]
     return cmd + (["--min_attempts", str(a.min_attempts)] if policy == "informative" else [])
 
 
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=float, default=0.2, help="the model's seconds per request")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--policies", default="all,first_pass,informative",
-                    help="comma-separated; POLICY-pN adds --attempt_parallelism N (first_pass-p2)")
+                    help="comma-separated; POLICY-pN adds --attempt_parallelism N, -bN --attempt_budget N")
     ap.add_argument("--kills", type=int, default=8, help="SIGKILLs in each storm")
     ap.add_argument("--storms", default="first_pass,first_pass-p2", help="variants to storm (comma-separated; empty: none)")
     ap.add_argument("--kill_min", type=float, default=0.0, help="seconds after an invocation's first new line")
