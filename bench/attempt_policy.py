@@ -14,10 +14,11 @@ seconds a request (its thinking time). One process of
 
 per policy (all, first_pass, informative --min_attempts 2; the order alternates over --repeats),
 each timed (wall, 1-minute load average before and after). From each journal: attempts spent,
-tasks solved, attempts per task by p, groups with signal (a pass and a fail). Then a kill storm: a
-first_pass run SIGKILLed a random 0-1.5 s (seeded) after each invocation's first new journal line,
-again and again (--kills times), resumed each time, until one finishes: every attempt exactly one journal line, and the same attempts and verdicts as the
-uninterrupted first_pass run.
+tasks solved, attempts per task by p, groups with signal (a pass and a fail). Then kill storms
+(--storms, first_pass at P = 1 and 2 by default): a run SIGKILLed a random 0-1.5 s (seeded) after
+each invocation's first new journal line, --kills times, resumed each time, until one finishes:
+every attempt exactly one journal line, and (P = 1) the same attempts and verdicts as the
+uninterrupted run of that variant.
 
 The local sandbox backend (model commands in a folder on this host) keeps it fast: the policy
 decides how many attempts run, not how a sandbox starts; sandboxes are measured in
@@ -247,8 +248,8 @@ def summarise(runs: list[dict], a) -> dict:
     out: dict[str, Any] = {}
     for policy in {r["policy"] for r in runs}:
         mine = [r for r in runs if r["policy"] == policy]
-        out[policy] = {"attempts": [r["attempts"] for r in mine], "stopped": [r["stopped"] for r in mine], "tasks_solved": [r["tasks_solved"] for r in mine],
-                       "wall_s": [r["wall_s"] for r in mine], "groups_with_signal": [r["groups_with_signal"] for r in mine]}
+        out[policy] = {field: [r[field] for r in mine]
+                       for field in ("attempts", "stopped", "tasks_solved", "wall_s", "groups_with_signal")}
     if "all" in out and "first_pass" in out:
         spent_all, spent_fp = sum(out["all"]["attempts"]), sum(out["first_pass"]["attempts"])
         out["first_pass_attempts_saved_pct"] = round(100 * (1 - spent_fp / spent_all), 1) if spent_all else None
