@@ -98,7 +98,8 @@ def test_the_branch_rides_in_the_tool_call_ids_not_in_server_memory():
                  {"role": "tool", "tool_call_id": call.id, "content": "ok"}]
     with MockLLM() as restarted:  # a new server, no count: the history alone says "pass"
         with openai.OpenAI(base_url=restarted.base_url, api_key="x", max_retries=0) as client:
-            assert client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message.content == "solved"
+            answer = client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+    assert answer.content == "solved"
 
 
 @pytest.mark.parametrize("script, why", [
@@ -111,4 +112,5 @@ def test_the_branch_rides_in_the_tool_call_ids_not_in_server_memory():
 def test_malformed_branched_scripts_are_400s(llm, script, why):
     with openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0) as client:
         with pytest.raises(openai.BadRequestError, match=why):
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "MOCK_SCRIPT: " + json.dumps(script)}])
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "MOCK_SCRIPT: " + json.dumps(script)}])
