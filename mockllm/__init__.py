@@ -26,7 +26,8 @@ Endpoints
 
 What the model answers
 ----------------------
-The server keeps no conversation state: each answer depends only on the request. Let ``u`` be
+The server keeps no conversation state: each answer depends only on the request (a branched
+script's ``pass_on`` aside, which counts conversations). Let ``u`` be
 the text of the last user message with a ``MOCK_SCRIPT`` line (else the last user message),
 ``n`` the number of assistant messages after it in
 ``messages``, and ``k`` the first 8 hex characters of sha256(``u``). Tool call ids are
@@ -46,6 +47,19 @@ the text of the last user message with a ``MOCK_SCRIPT`` line (else the last use
    need not name offered tools. Object arguments are JSON-encoded; string arguments are sent
    verbatim (to test unparseable arguments). ``"error": STATUS`` fails that turn every time it
    is asked (with ``"times": N`` only the first N times, then the turn answers as scripted); ``"sleep": S`` waits S seconds before answering. A malformed script is a 400.
+
+   A task solved by chance (attempts of one task share their instruction): a script with a
+   ``pass`` and a ``fail`` branch picks one per conversation at its first turn and keeps it::
+
+       MOCK_SCRIPT: {"pass": {"turns": [...]}, "fail": {"turns": [...]}, "pass_chance": 0.5}
+       MOCK_SCRIPT: {"pass": {"turns": [...]}, "fail": {"turns": [...]}, "pass_on": [2, 3]}
+
+   ``pass_chance`` p draws from the request's ``seed`` (hermes ``--sampling_seed S`` sends one per
+   attempt; without one, from the visit number): ``pass`` with probability p, the same on a rerun.
+   ``pass_on`` lists which conversations opening with this message take ``pass`` (the 2nd and 3rd
+   here, counted at first turns). The choice rides in the branch's tool call ids
+   (``call_<k>P_<n>_<i>`` or ``call_<k>F_...``); a later turn without one takes ``fail``. See
+   mockllm.branches.
 
 2. Default scenario, using only the offered ``tools`` (matched by function name):
 

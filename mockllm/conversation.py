@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 MODEL_ID = "mock-model"
 REASONING_MODES = ("field", "content", "inline", "scratchpad", "none")
@@ -93,6 +93,10 @@ class Conversation:
     first_user: str
     assistant_turns: int
     offered_tools: frozenset[str]
+    seed: int | None = None  # the request's ``seed`` (hermes --sampling_seed sends one per attempt and turn)
+    #: the server's visit counter: the how-manieth conversation opening with this first user message
+    #: this one is (mockllm.branches); None in a pure build_reply, where every conversation is the first
+    visits: Callable[[str], int] | None = None
 
     @property
     def token(self) -> str:
@@ -139,6 +143,7 @@ def parse_conversation(body: Any) -> Conversation:
         first_user=text_of(messages[last].get("content")) if last >= 0 else "",
         assistant_turns=sum(1 for m in messages[last + 1:] if m["role"] == "assistant"),
         offered_tools=frozenset(_tool_names(tools)),
+        seed=body["seed"] if isinstance(body.get("seed"), int) and not isinstance(body.get("seed"), bool) else None,
     )
 
 

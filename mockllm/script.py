@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mockllm import branches
 from mockllm.conversation import SCRIPT_MARKER, BadRequest, Conversation, Reply, ToolCall
 
 def find_script(first_user: str) -> dict | None:
@@ -20,6 +21,9 @@ def _parse_script(text: str) -> dict:
         script, _ = json.JSONDecoder().raw_decode(text.strip())
     except json.JSONDecodeError as exc:
         raise BadRequest(f"invalid MOCK_SCRIPT JSON: {exc}") from None
+    if isinstance(script, dict) and branches.is_branched(script):  # pass / fail per conversation
+        branches.check_branched(script, _check_turn)
+        return script
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise BadRequest('MOCK_SCRIPT must be an object {"turns": [...]}')
     for i, turn in enumerate(script["turns"]):
@@ -48,12 +52,15 @@ def _check_turn(i: int, turn: Any) -> None:
 
 
 def scripted_reply(script: dict, conv: Conversation) -> Reply:
+    mark = ""
+    if branches.is_branched(script):  # the branch's turns; its mark rides in the call ids
+        script, mark = branches.branch_of(script, conv)
     n = conv.assistant_turns
     if n >= len(script["turns"]):
         return Reply(content="Done.")
     turn = script["turns"][n]
     calls = [
-        ToolCall(_call_id(conv.token, n, i), c["name"], _encode_arguments(c.get("arguments", {})))
+        ToolCall(_call_id(conv.token + mark, n, i), c["name"], _encode_arguments(c.get("arguments", {})))
         for i, c in enumerate(turn.get("tool_calls") or [])
     ]
     content = turn.get("content")

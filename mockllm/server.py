@@ -47,6 +47,7 @@ class MockState:
                            "bad_requests": 0, "streamed": 0, "in_flight": 0, "max_in_flight": 0}
             self.bucket = RequestBucket(self.config.rpm, self.config.burst) if self.config.rpm else None
             self._attempts: dict[str, int] = {}
+            self._visits: dict[str, int] = {}  # first turns seen per opening message (branched scripts)
             self._rng = random.Random(self.config.seed)
         self.images.reset()
 
@@ -70,6 +71,12 @@ class MockState:
             return config.latency
         with self._lock:
             return config.latency + self._rng.uniform(0, config.latency_jitter)
+
+    def visit(self, first_user: str) -> int:
+        """Count a conversation's first turn: the how-manieth opening with this user message it is."""
+        with self._lock:
+            self._visits[first_user] = self._visits.get(first_user, 0) + 1
+            return self._visits[first_user]
 
     def scripted_error_due(self, conversation_key: str, turn: int, times: int | None) -> bool:
         """A scripted turn error with "times": N fails the first N asks of that turn only."""
@@ -229,6 +236,7 @@ class Routes:
         state.record(body)
         try:
             conv = parse_conversation(body)
+            conv.visits = state.visit  # branched scripts count conversations (mockllm.branches)
             reply = as_text(reply_for(conv, state.config), state.config.tool_calls)
         except BadRequest as exc:
             return self.failure(400, str(exc), extra)

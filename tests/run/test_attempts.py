@@ -43,80 +43,16 @@ def test_three_attempts_per_row_pass_at_k_and_a_resume_completes_only_the_missin
     assert stats["total_prompts"] == 6
 
 
-class _Alternating:
-    """A loopback OpenAI-compatible server of this test's (streamed chat completions, the real wire
-    format) whose model solves the odd-numbered conversations of each instruction and fails the even
-    ones: attempts of a task share their instruction, so the bundled mock's per-prompt script cannot."""
+def test_a_model_that_solves_every_other_attempt_gives_the_hand_computed_pass_at_k(tmp_path, mock_llm, default_image):
+    # attempts of a task share their instruction: the bundled model's branched script (mockllm.branches)
+    # solves the 1st and 3rd conversation of each instruction and fails the 2nd
+    from tests.data.test_harbor_tasks import DONE, TXT_TEST, entries, settings, shell, task
 
-    def __init__(self):
-        import http.server
-        import threading
-
-        self.seen: dict[str, int] = {}
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                msgs = body["messages"]
-                user = next(m["content"] for m in msgs if m["role"] == "user")
-                user = user if isinstance(user, str) else json.dumps(user)
-                if not any(m["role"] == "assistant" for m in msgs):
-                    with lock:
-                        outer.seen[user] = outer.seen.get(user, 0) + 1
-                n = outer.seen[user]
-                if n % 2 and not any(m["role"] == "tool" for m in msgs):
-                    call = {"index": 0, "id": f"call_{n}", "type": "function",
-                            "function": {"name": "terminal", "arguments": json.dumps({"command": "echo ok > /app/out.txt"})}}
-                    delta, finish = {"role": "assistant", "reasoning_content": "Solve.", "tool_calls": [call]}, "tool_calls"
-                else:
-                    delta, finish = {"role": "assistant", "reasoning_content": "Stop.", "content": "Done."}, "stop"
-                chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
-                if not body.get("stream"):
-                    message = {k: v for k, v in delta.items() if k != "tool_calls"}
-                    if "tool_calls" in delta:
-                        message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in delta["tool_calls"]]
-                    data = json.dumps({**chunk, "object": "chat.completion", "choices": [
-                        {"index": 0, "message": {"content": None, **message}, "finish_reason": finish}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for c in ({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                          {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}):
-                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_a_model_that_solves_every_other_attempt_gives_the_hand_computed_pass_at_k(tmp_path, default_image):
-    from tests.data.test_harbor_tasks import TXT_TEST, entries, settings, task
-
+    how = {"pass": {"turns": [*shell("echo ok > /app/out.txt"), DONE]}, "fail": {"turns": [DONE]}, "pass_on": [1, 3]}
     root = tmp_path / "tasks"
-    task(root, "one", "Write ok to /app/out.txt.", TXT_TEST)
-    task(root, "two", "Put the word ok in /app/out.txt.", TXT_TEST)
-    model = _Alternating()
-    try:
-        stats = direct.run(settings(tmp_path, root, "alt", model.base_url, attempts=3))
-    finally:
-        model.close()
+    task(root, "one", "Write ok to /app/out.txt. MOCK_SCRIPT: " + json.dumps(how), TXT_TEST)
+    task(root, "two", "Put the word ok in /app/out.txt. MOCK_SCRIPT: " + json.dumps(how), TXT_TEST)
+    stats = direct.run(settings(tmp_path, root, "alt", mock_llm.base_url, attempts=3))
     got = entries(tmp_path, "alt")
     per_task = {}
     for e in got:
