@@ -136,6 +136,13 @@ class AttemptPolicy:
     def dynamic(self) -> bool:
         return self.name != "all" or self.budget is not None
 
+    def _new(self) -> str:
+        if self.name == "all" and self.budget is not None:
+            # A budget goes to tasks without a pass: a task's next attempt is chosen once the verdicts
+            # before it landed (P at a time), or every attempt of `all` would go out before any verdict.
+            return "greatest(0, least(p - inflight, k - started))"
+        return POLICIES[self.name]["new"]
+
     @staticmethod
     def begin(con) -> None:
         """This invocation's record of the attempts it handed out (a table of the index: it may be long)."""
@@ -163,7 +170,7 @@ class AttemptPolicy:
         sql = _STATE + f"""
             , c AS (SELECT a.idx, a.key, t.passes, t.started,
                            row_number() OVER (PARTITION BY a.idx ORDER BY a.rid) AS rank,
-                           ({POLICIES[self.name]["new"]}) AS new
+                           ({self._new()}) AS new
                     FROM a JOIN t USING (idx) WHERE NOT (a.settled OR a.flying OR a.parked))
             SELECT idx, key FROM c WHERE rank <= new
             ORDER BY passes > 0, started + rank, idx"""

@@ -75,9 +75,10 @@ def test_a_stopped_attempt_is_settled_neither_a_pass_nor_a_fail(tmp_path):
 
 def test_the_budget_goes_to_unsolved_tasks_with_the_fewest_attempts_first(tmp_path):
     index = _index(tmp_path, 3, {(0, 1): "pass", (1, 1): "fail", (1, 2): "fail"})
-    # spent so far: 3 attempts; a budget of 6 leaves 3, and `all` would give task 0 three more
+    # spent so far: 3 attempts; a budget of 6 leaves 3. Under `all` with a budget a task's attempts go
+    # one at a time (P = 1), each chosen after the verdicts before it: task 0, solved, comes last
     policy = AttemptPolicy(name="all", k=K, budget=6)
-    assert _next(index, policy) == ["t2-0", "t2-0#a2", "t1-0#a3"]
+    assert _next(index, policy) == ["t2-0", "t1-0#a3", "t0-0#a2"]
     # what this invocation handed out counts against the budget too
     AttemptPolicy.handing_out(index.con, ["t2-0", "t2-0#a2"])
     assert _next(index, policy) == ["t1-0#a3"]
