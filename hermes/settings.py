@@ -232,6 +232,11 @@ class RunSettings(AgentSettings):
                                "batch landing; small shards are compacted at the end",
                                json_schema_extra={"pattern": r"^\s*\d+(\.\d+)?s?\s*(,\s*\d+(\.\d+)?s?\s*)?$"})
 
+    publish_compact: bool = Field(True, description="compact small shards at an invocation's end (a reader "
+                                  "loading in those seconds fails and lists again, never a wrong dataset); false: "
+                                  "shards stay as published, no reader ever meets a compaction (`hermes-batch "
+                                  "publish RUN URL` compacts later)")
+
     @field_validator("publish")
     @classmethod
     def _publish_url(cls, v: str | None) -> str | None:

@@ -368,12 +368,14 @@ class Publication:
                 "entries": sum(s["rows"] for s in self.live.values()),
                 "data_files": f"{self.target.url.rstrip('/')}/data/*.parquet"}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, compact: bool = True) -> dict[str, Any]:
         """The end of an invocation (or `hermes-batch publish`): everything landed goes out, small
-        shards are compacted, the manifest says complete; a summary is kept in the run folder."""
+        shards are compacted (unless --publish_compact false: readers then never meet a compaction),
+        the manifest says complete; a summary is kept in the run folder."""
         self.catch_up()
         self.flush(manifest=False)  # the manifest is written once, complete, below
-        self.compact()
+        if compact:
+            self.compact()
         self.write_manifest(complete=True)
         summary = self.summary()
         journal.write_atomic(self.dir / "summary.json", json.dumps(summary, indent=1) + "\n")

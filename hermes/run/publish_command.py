@@ -43,9 +43,9 @@ class NoPublisher:
 class Publisher(NoPublisher):
     """The run's side of the worker process."""
 
-    def __init__(self, run_path: Path, url: str, fmt: str, only: str | None, every: str):
+    def __init__(self, run_path: Path, url: str, fmt: str, only: str | None, every: str, compact: bool = True):
         cmd = [sys.executable, "-m", "hermes.run.publish_command", "--worker", str(run_path), url,
-               "--format", fmt, "--every", every] + (["--only", only] if only else [])
+               "--format", fmt, "--every", every] + (["--only", only] if only else []) + ([] if compact else ["--no_compact"])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         os.set_blocking(self.proc.stdin.fileno(), False)
         self._unsent = b""
@@ -110,7 +110,7 @@ def start(settings: Any, run_path: Path) -> NoPublisher:
     if not settings.publish:
         return NoPublisher()
     return Publisher(run_path, settings.publish, settings.publish_format, settings.publish_only,
-                     settings.publish_every)
+                     settings.publish_every, settings.publish_compact)
 
 
 def check(url: str, fmt: str, only: str | None, every: str) -> None:
@@ -141,7 +141,7 @@ def check(url: str, fmt: str, only: str | None, every: str) -> None:
 
 # --------------------------------------------------------------------------- the worker process
 
-def _worker(run_path: Path, url: str, fmt: str, only: str | None, every: str) -> int:
+def _worker(run_path: Path, url: str, fmt: str, only: str | None, every: str, compact: bool = True) -> int:
     from hermes.run.publish import Publication
 
     pub = Publication(run_path, url, fmt, only, every).open(wait=True)
@@ -166,7 +166,7 @@ def _worker(run_path: Path, url: str, fmt: str, only: str | None, every: str) ->
                 pub.flush()
                 return 0
             if line == "finish":
-                print(json.dumps(pub.finish()), flush=True)
+                print(json.dumps(pub.finish(compact=compact)), flush=True)
                 return 0
             if line.startswith("landed "):
                 pub.landed(int(line.split()[1]))
@@ -230,8 +230,9 @@ if __name__ == "__main__":
     ap.add_argument("--format", default="openai")
     ap.add_argument("--only", default=None)
     ap.add_argument("--every", default="1000,60s")
+    ap.add_argument("--no_compact", action="store_true")
     ns = ap.parse_args()
-    code = _worker(Path(ns.worker), ns.url, ns.format, ns.only, ns.every)
+    code = _worker(Path(ns.worker), ns.url, ns.format, ns.only, ns.every, compact=not ns.no_compact)
     # the run waits for this exit: skip the interpreter's teardown (freeing botocore's and pyarrow's
     # modules object by object, tens of milliseconds); the state journal is fsync'ed, the lock closed
     sys.stdout.flush()

@@ -347,3 +347,32 @@ def test_publish_after_the_fact_matches_the_export_and_refuses_what_cannot_work(
         assert [m["content"] for m in row["messages"]] == [m.get("content") for m in want["messages"]]
         assert len(row["turns"]) == len(want["turns"])
 
+
+
+def test_without_compaction_a_reader_never_meets_a_window_and_publish_compacts_later(tmp_path, mock_llm):
+    run_name = unique_run("publish-nocompact")
+    dataset = write_dataset(tmp_path / "prompts.jsonl", rows(12, run_name))
+    target = tmp_path / "live"
+    reader = Reader(str(target), tmp_path / "hf-live")
+    reader.start()
+    try:
+        done = subprocess.run(run_cmd(dataset, run_name, mock_llm.base_url, str(target), "--publish_compact=false"),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        reader.stop.set()
+        reader.join(timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not reader.problems and not reader.missing and not reader.marked, (reader.problems, reader.missing,
+                                                                              reader.marked)
+    parts = sorted(p.name for p in (target / "data").glob("*.parquet"))
+    assert len(parts) > 1 and all(n.startswith("part-") for n in parts)  # shards of 4 entries, left as they are
+    assert reader.listed <= set(parts)  # nothing a reader listed ever went away
+    later = subprocess.run([sys.executable, "-m", "flows.cli", "publish", run_name, str(target),
+                            "--every", "4"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stderr[-3000:]
+    import pyarrow.parquet as pq
+
+    compacted = sorted((target / "data").glob("*.parquet"))
+    assert len(compacted) == 1 and compacted[0].name.startswith("compact-")
+    assert sorted(pq.read_table(compacted[0])["prompt_index"].to_pylist()) == sorted(
+        json.loads(line)["prompt_index"] for line in export(tmp_path, run_name, "--format", "sharegpt").read_text().splitlines())
