@@ -54,7 +54,9 @@ class PolicyPlan:
         self._buffer: list[tuple[int, str]] = []  # attempts the last query allowed, not handed out yet
         self._asked = False  # the index was asked since the last landing
         self._stopped: set[str] = set()
-        self._lock = threading.Lock()  # _flying and _stopped: verdicts arrive on the prompts' loop
+        #: tasks whose pass was written by a prompt of this process and whose batch has not landed yet
+        self._passed: dict[int, str] = {}  # task -> the key that passed
+        self._lock = threading.Lock()  # _flying, _stopped, _passed: verdicts arrive on the prompts' loop
         self.handed_out = 0
         policy.begin(index.con)
 
@@ -72,12 +74,22 @@ class PolicyPlan:
             return [k for pairs in self._flying.values() for _, k in pairs]
 
     def verdict(self, record: dict) -> None:
-        """A prompt of this process finished (its journal line; any thread): under first_pass a pass
-        stops its task's siblings at once, not when its batch lands (a sibling may share its batch)."""
+        """A prompt of this process finished (its journal line; any thread). A pass is known from here
+        on, before its batch lands and the index has it (a sibling may share its batch): no more of its
+        task's attempts start, and under first_pass its siblings in flight are stopped at once."""
         reward = record.get("reward")
-        if not (self.stop and self.policy.stops_siblings and isinstance(reward, dict) and reward.get("passed")):
+        if not (self.policy.decides and isinstance(reward, dict) and reward.get("passed")):
             return
-        self._stop_siblings({record.get("prompt_index")}, passed=(record.get("hermes") or {}).get("key"))
+        task = record.get("prompt_index")
+        with self._lock:
+            self._passed[task] = (record.get("hermes") or {}).get("key")
+        if self.stop and self.policy.stops_siblings:
+            self._stop_siblings({task}, passed=(record.get("hermes") or {}).get("key"))
+
+    def _unsolved(self, wanted: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """Attempts of tasks not known to have passed (the index may not have the pass yet)."""
+        with self._lock:
+            return [(i, k) for i, k in wanted if i not in self._passed] if self._passed else wanted
 
     def __iter__(self) -> Iterator:
         num = self.first
@@ -89,12 +101,15 @@ class PolicyPlan:
                 # attempts it allowed last time are all handed out and something landed since, not at
                 # every landing. What it allowed stays allowed: a task's next attempt is open only when
                 # none of it is in flight (P = 1), and a pass that lands drops its task's (_take_landed).
-                self._buffer = self.policy.next_attempts(self.index, self.flying(), self.lookahead)
+                self._buffer = self._unsolved(self.policy.next_attempts(self.index, self.flying(), self.lookahead))
                 self._asked = True
             if not self._buffer:
                 if not self._flying:
                     return
                 yield WAIT
+                continue
+            self._buffer = self._unsolved(self._buffer)
+            if not self._buffer:
                 continue
             wanted, self._buffer = self._buffer[:self.size], self._buffer[self.size:]
             with self._lock:
@@ -112,6 +127,11 @@ class PolicyPlan:
         self.refresh()  # the index holds every landed batch's lines
         landed, self._landed = self._landed, []
         self._asked = False
+        with self._lock:  # the index has these batches' passes now
+            for pairs in landed:
+                for i, k in pairs:
+                    if self._passed.get(i) == k:
+                        del self._passed[i]
         if not self.policy.decides:
             return
         task_of = {k: i for pairs in landed for i, k in pairs}

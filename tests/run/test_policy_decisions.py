@@ -4,6 +4,7 @@ runs on the local backend: siblings stopped in flight, and a policy's batches on
 (tests/run/test_attempt_policy.py runs them in Docker, with task folders, kills and resumes.)"""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,24 @@ def test_a_policy_on_worker_processes_plans_as_their_batches_land(tmp_path, mock
     assert trials == {"pass": [1, 1, 1], "fail": [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]}
     assert stats["attempt_policy"]["attempts_saved"] == 3 * (K - 1)
     assert "pass_at_k" not in stats["task_statistics"] and "first_pass" in stats["task_statistics"]["pass_at_k_absent"]
+
+
+def _branched(pass_on: list[int], passing: str, failing: str, slow_fail: float = 0) -> str:
+    def turns(command: str, sleep: float) -> dict:
+        first = {"reasoning": "Act.", "tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+        return {"turns": [{**first, "sleep": sleep} if sleep else first, DONE]}
+    return "MOCK_SCRIPT: " + json.dumps({"pass": turns(passing, 0), "fail": turns(failing, slow_fail), "pass_on": pass_on})
+
+
+def test_a_pass_whose_batch_has_not_landed_starts_no_more_attempts_of_its_task(tmp_path, mock_llm):
+    # Batches of two, round by round: [A1, B1] then [A2, B2]. A1 passes at once; B1 takes 5 s, so its
+    # batch lands late. A2 (stopped by A1's pass) and B2 land first: the index does not hold A1's pass
+    # yet, and A must still get no third attempt. B never passes and runs all K.
+    rows = [{"prompt": "Task A. " + _branched([1], "echo ok > out.txt", "echo no > out.txt"),
+             "check": "grep -q ok out.txt || (sleep 60; false)", "case": "A"},
+            {"prompt": "Task B. " + _branched([2], "echo b", "echo b", slow_fail=5), "check": "false", "case": "B"}]
+    stats, lines = _run(tmp_path, mock_llm.base_url, rows, attempt_policy="first_pass", attempt_parallelism=2)
+    got = sorted((e["metadata"]["case"], e["hermes"].get("trial", 1), e["hermes"]["status"]) for e in lines)
+    assert got == [("A", 1, "completed"), ("A", 2, "stopped"),
+                   ("B", 1, "completed"), ("B", 2, "completed"), ("B", 3, "completed"), ("B", 4, "completed")]
+    assert stats["attempt_policy"]["attempts_spent"] == 6
