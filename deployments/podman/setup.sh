@@ -44,7 +44,9 @@ if ! curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1; then
     say "starting podman system service on $SOCK (log $LOG)"
     mkdir -p "$(dirname "$SOCK")"
     rm -f "$SOCK"
-    nohup podman system service --time=0 "unix://$SOCK" >"$LOG" 2>&1 &
+    # from /: the service outlives this checkout, and conmon fails every container start ("write child:
+    # broken pipe", "Failed to get working directory") once the folder it was started in is removed
+    (cd / && nohup podman system service --time=0 "unix://$SOCK" >"$LOG" 2>&1 &)
     for _ in $(seq 1 60); do
         curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1 && break
         sleep 0.5
