@@ -9,6 +9,7 @@ import http.server
 import json
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 Answer = Callable[[str, str, Any], "tuple[int, Any]"]
@@ -22,6 +23,14 @@ def completion(content: str = "Done.", reasoning: str | None = "Thinking.", **ex
     return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "test",
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", **extra}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+
+
+@dataclass
+class Raw:
+    """An answer's bytes as they go out, for what is not one JSON object (a stream of events)."""
+
+    data: bytes
+    kind: str = "text/event-stream"
 
 
 def error(status: int, message: str, code: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -44,12 +53,16 @@ class WireServer:
                 with server._lock:
                     server.requests.append((self.command, self.path, body))
                 status, payload = server.answer(self.command, self.path, body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                data, kind = (payload.data, payload.kind) if isinstance(payload, Raw) else (
+                    json.dumps(payload).encode(), "application/json")
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the client gave up waiting (a time-out under test) and closed the connection
 
             do_GET = do_POST = _serve
 

@@ -8,9 +8,7 @@ Retries and the breaker see a time-out as they did before the setting existed.
 """
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 
 import pytest
@@ -20,6 +18,7 @@ from flows.run_command import run_parser, settings_from_args
 from hermes.model.calls import TIMED_OUT
 from hermes.model.client import ModelClient, ModelError
 from hermes.settings import AgentSettings
+from tests.wire_server import Raw, WireServer
 
 ANSWER = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
           "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hello"}}],
@@ -29,47 +28,25 @@ SERVER_SECONDS = 1.0
 
 
 class Slow:
-    """A chat completions endpoint that sleeps SERVER_SECONDS before each answer (plain or streamed)."""
+    """A chat completions endpoint (tests/wire_server.py) that sleeps SERVER_SECONDS before each answer
+    (plain or streamed)."""
 
     def __init__(self) -> None:
         self.requests = 0
-        me = self
+        self.wire = WireServer(self.answer).__enter__()
+        self.base_url = self.wire.base_url
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                me.requests += 1
-                time.sleep(SERVER_SECONDS)
-                if body.get("stream"):
-                    chunk = {**ANSWER, "object": "chat.completion.chunk",
-                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hello"},
-                                          "finish_reason": "stop"}]}
-                    raw = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-                    kind = "text/event-stream"
-                else:
-                    raw, kind = json.dumps(ANSWER).encode(), "application/json"
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                except OSError:
-                    pass  # the client gave up waiting and closed the connection
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, method: str, path: str, body: dict) -> tuple[int, object]:
+        self.requests += 1
+        time.sleep(SERVER_SECONDS)
+        if body.get("stream"):
+            chunk = {**ANSWER, "object": "chat.completion.chunk",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+            return 200, Raw(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        return 200, ANSWER
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.wire.__exit__(None, None, None)
 
 
 @pytest.fixture
