@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -221,3 +222,34 @@ def test_a_run_in_progress_shows_new_entries_on_reload(viewer, page):
     shown = rows_shown(page)
     assert len(shown) == 8 and sum("Late prompt" in r for r in shown) == 3
     assert page.inner_text("[data-testid=done]").startswith("7 / 8")
+
+
+def test_with_two_runs_an_entry_of_the_second_shows_its_own_images(viewer, page, tmp_path):
+    # `view first second`: the second run's entry page (?run=second) loads its images from its own
+    # folder, not from the first run's (the same run here, its image files removed)
+    url, tmp = viewer
+    data = tmp_path / "data"
+    shutil.copytree(tmp / "data" / "seen", data / "second")
+    shutil.copytree(tmp / "data" / "seen", data / "first")
+    for name in ("index.duckdb", "view.duckdb"):
+        for folder in ("first", "second"):
+            (data / folder / name).unlink(missing_ok=True)  # derived: rebuilt for the folder they are in
+    images = [p for p in (data / "first").rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp")]
+    assert images
+    for p in images:
+        p.unlink()
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "view", "first", "second", "--output_dir", str(data),
+                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, proc.stderr.read() if proc.poll() is not None else line
+        base = line.split("http://", 1)[1].split("/", 1)[0]
+        page.goto(f"http://{base}/entry/0?run=second")
+        shown(page)
+        img = page.locator("[data-testid=tool-result] img[data-testid=image]")
+        img.wait_for()
+        assert "run=second" in img.get_attribute("src")
+        until(lambda: img.evaluate("i => i.complete && i.naturalWidth > 0"), "the second run's image to load", timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

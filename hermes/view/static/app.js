@@ -139,7 +139,9 @@ async function showList() {
 // ------------------------------------------------------------------ one entry
 
 function image(path) {
-  return el("a", { href: `/files/${path}`, target: "_blank" }, el("img", { class: "shot", src: `/files/${path}`, alt: path, "data-testid": "image" }));
+  // with two runs served, the entry's own run folder holds its images (the page's ?run=)
+  const src = withRun(`/files/${path}`, new URLSearchParams(location.search));
+  return el("a", { href: src, target: "_blank" }, el("img", { class: "shot", src, alt: path, "data-testid": "image" }));
 }
 
 function turnView(t) {
