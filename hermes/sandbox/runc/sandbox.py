@@ -195,6 +195,7 @@ class RuncSandbox(ChannelFiles):
         """Kill a process group ("-PGID") or pid as the sandbox numbers them: found among the
         cgroup's processes by their NSpgid / NSpid (the last number: the sandbox's own)."""
         group, number = target.startswith("-"), target.lstrip("-")
+        killed: list[str] = []
         procs = self._cgroup_file("cgroup.procs")
         try:
             pids = procs.read_text().split() if procs else []
@@ -209,8 +210,10 @@ class RuncSandbox(ChannelFiles):
             if m and m.group(1).split()[-1:] == [number]:
                 try:
                     os.kill(int(pid), signal.SIGKILL)
+                    killed.append(pid)
                 except (ProcessLookupError, PermissionError):
                     pass
+        _until_dead(killed)
 
     def raise_if_dead(self) -> None:
         try:
@@ -346,3 +349,19 @@ class RuncSandbox(ChannelFiles):
 
     def write_file(self, path: str, data: bytes) -> None:
         self._stopped_run_wins(self._write_file, path, data)
+
+
+def _until_dead(pids: list[str], within: float = 2.0) -> None:
+    """Wait (a little) until SIGKILLed processes are dead: a signal is delivered when the process
+    next runs, and on a busy machine a `ps` right after a time limit still listed the command."""
+    deadline = time.monotonic() + within
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                break  # gone (reaped)
+            if stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"]):
+                break  # dead, not yet reaped: no longer running, and `ps` shows no command line
+            time.sleep(0.005)
+
