@@ -35,7 +35,10 @@ from hermes.data.entry import Status
 #: per policy: how many open attempts of a task may start now (columns as in the module's doc, and
 #: the settings k, m, p); `stops`: whether a task's siblings still in flight are stopped once it passed
 POLICIES: dict[str, dict] = {
-    "all": {"new": "k - started", "stops": False},
+    # with a budget, P at a time, each chosen after the verdicts before it: a budget goes to tasks
+    # without a pass only if their verdicts are in when it is handed out
+    "all": {"new": "CASE WHEN budgeted THEN greatest(0, least(p - inflight, k - started)) ELSE k - started END",
+            "stops": False},
     "first_pass": {"new": "CASE WHEN passes > 0 THEN 0 ELSE greatest(0, least(p - inflight, k - started)) END",
                    "stops": True},
     "informative": {"new": """CASE WHEN started < m THEN m - started WHEN passes > 0 THEN 0
@@ -60,7 +63,7 @@ a AS (SELECT d.idx, d.rowid AS rid, d.key, coalesce(o.ok, 0) > 0 AS settled,
 t AS (SELECT idx, count(*) FILTER (WHERE pass) AS passes, count(*) FILTER (WHERE fail) AS fails,
              count(*) FILTER (WHERE settled OR flying OR parked) AS started,
              count(*) FILTER (WHERE flying) AS inflight,
-             $k AS k, $m AS m, $p AS p
+             $k AS k, $m AS m, $p AS p, $budgeted AS budgeted
       FROM a GROUP BY idx)
 """
 
@@ -136,13 +139,6 @@ class AttemptPolicy:
     def dynamic(self) -> bool:
         return self.name != "all" or self.budget is not None
 
-    def _new(self) -> str:
-        if self.name == "all" and self.budget is not None:
-            # A budget goes to tasks without a pass: a task's next attempt is chosen once the verdicts
-            # before it landed (P at a time), or every attempt of `all` would go out before any verdict.
-            return "greatest(0, least(p - inflight, k - started))"
-        return POLICIES[self.name]["new"]
-
     @staticmethod
     def begin(con) -> None:
         """This invocation's record of the attempts it handed out (a table of the index: it may be long)."""
@@ -153,7 +149,7 @@ class AttemptPolicy:
         con.execute("INSERT INTO handed SELECT unnest($keys)", {"keys": keys})
 
     def _params(self, flying: list[str]) -> dict:
-        return {"flying": flying, "max_tries": self.max_tries or 2 ** 62,
+        return {"flying": flying, "budgeted": self.budget is not None, "max_tries": self.max_tries or 2 ** 62,
                 "k": self.k, "m": self.m, "p": self.p}
 
     def next_attempts(self, index, flying: list[str], limit: int) -> list[tuple[int, str]]:
@@ -170,7 +166,7 @@ class AttemptPolicy:
         sql = _STATE + f"""
             , c AS (SELECT a.idx, a.key, t.passes, t.started,
                            row_number() OVER (PARTITION BY a.idx ORDER BY a.rid) AS rank,
-                           ({self._new()}) AS new
+                           ({POLICIES[self.name]["new"]}) AS new
                     FROM a JOIN t USING (idx) WHERE NOT (a.settled OR a.flying OR a.parked))
             SELECT idx, key FROM c WHERE rank <= new
             ORDER BY passes > 0, started + rank, idx"""

@@ -56,6 +56,7 @@ class PolicyPlan:
         self._stopped: set[str] = set()
         #: tasks whose pass was written by a prompt of this process and whose batch has not landed yet
         self._passed: dict[int, str] = {}  # task -> the key that passed
+        self._fresh_pass = False  # a pass arrived since the buffer was last filtered
         self._lock = threading.Lock()  # _flying, _stopped, _passed: verdicts arrive on the prompts' loop
         self.handed_out = 0
         policy.begin(index.con)
@@ -83,12 +84,14 @@ class PolicyPlan:
         task = record.get("prompt_index")
         with self._lock:
             self._passed[task] = (record.get("hermes") or {}).get("key")
+            self._fresh_pass = True
         if self.stop and self.policy.stops_siblings:
             self._stop_siblings({task}, passed=(record.get("hermes") or {}).get("key"))
 
     def _unsolved(self, wanted: list[tuple[int, str]]) -> list[tuple[int, str]]:
         """Attempts of tasks not known to have passed (the index may not have the pass yet)."""
         with self._lock:
+            self._fresh_pass = False
             return [(i, k) for i, k in wanted if i not in self._passed] if self._passed else wanted
 
     def __iter__(self) -> Iterator:
@@ -108,9 +111,10 @@ class PolicyPlan:
                     return
                 yield WAIT
                 continue
-            self._buffer = self._unsolved(self._buffer)
-            if not self._buffer:
-                continue
+            if self._fresh_pass:  # filtered again only when a pass came in, not at every hand-out
+                self._buffer = self._unsolved(self._buffer)
+                if not self._buffer:
+                    continue
             wanted, self._buffer = self._buffer[:self.size], self._buffer[self.size:]
             with self._lock:
                 self._flying[num] = wanted
